@@ -1,0 +1,260 @@
+/*
+ * libsdpa — exact scaled dot-product attention for C programs, on CPUs.
+ *
+ *   O = softmax(Q Kᵀ · scale + bias, forbidden keys removed) V
+ *
+ * for a whole batch in one call. Q Kᵀ and P·V run as CBLAS sgemm/dgemm calls;
+ * a vectorised masked softmax pass sits between them. This header is the whole
+ * public API, and its version macros are the single source of the version.
+ *
+ * Semantics (the contract). For batch item b, query head h, query row i and
+ * key j, with L_b = kv_lens ? kv_lens[b] : Tk and g = Hq / Hkv:
+ *
+ *  1. logit s_ij = scale · <q[b,h,i,:], k[b,h/g,j,:]>, default scale
+ *     1/sqrt(Dk); with a soft-cap c > 0, s = c·tanh(s/c); then + bias[b,h,i,j].
+ *  2. key j is FORBIDDEN for row i when any of these holds:
+ *       j >= L_b;
+ *       mask[b,h,i,j] != 0           (nonzero = forbidden, the textbook rule;
+ *                                      SDPA_FLAG_MASK_NONZERO_ALLOWS flips it
+ *                                      to PyTorch's "True = may attend");
+ *       causal TOP_LEFT     and j > i;
+ *       causal BOTTOM_RIGHT and j > i + (L_b - Tq);
+ *       bias[b,h,i,j] == -inf.
+ *     Forbidden keys are removed before the exponent (pre-softmax), so their
+ *     weights are exactly 0 and every row of weights sums to 1.
+ *  3. m_i = max of s_ij over allowed j; p_ij = exp(s_ij - m_i) / Σ_j' exp(..);
+ *     out_i = Σ_j p_ij v[b,h/g,j,:];  lse_i = m_i + log Σ_j exp(s_ij - m_i).
+ *  4. A row with no allowed key fails the call with SDPA_ERR_FULLY_MASKED_ROW
+ *     (the message names batch item, head and row), unless the context option
+ *     SDPA_OPT_EMPTY_ROWS is SDPA_EMPTY_ROWS_ZERO: then out row = 0, weights
+ *     row = 0 and lse = -inf (the ONNX / PyTorch / FlashAttention convention).
+ *  5. K and V rows j >= L_b are never read: padding may hold anything.
+ *  6. mask and bias broadcast over N, H and Tq: a dimension of extent 1, or of
+ *     stride 0, is broadcast.
+ *  7. Grouped-query / multi-query attention: Hq % Hkv == 0, query head h
+ *     reads KV head h / (Hq / Hkv).
+ *
+ * Errors. Every function returns an int status (SDPA_OK = 0). All arguments
+ * are validated before anything is written: on any error detected before the
+ * computation starts, the caller's output buffers are untouched. The one
+ * status that can only be detected during the computation is
+ * SDPA_ERR_NONFINITE (a logit that is NaN or +inf, i.e. NaN/inf input or
+ * overflow); after it the output buffers hold unspecified values.
+ * sdpa_ctx_last_error() says what went wrong and where.
+ *
+ * Threads. A context is used by one thread at a time; any number of contexts
+ * may run in parallel. The library never changes BLAS threading settings.
+ */
+#ifndef SDPA_H
+#define SDPA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SDPA_VERSION_MAJOR 1
+#define SDPA_VERSION_MINOR 0
+#define SDPA_VERSION_PATCH 0
+
+#define SDPA_VERSION_NUMBER                                                    \
+    (SDPA_VERSION_MAJOR * 10000 + SDPA_VERSION_MINOR * 100 + SDPA_VERSION_PATCH)
+#define SDPA_STRINGIFY_(x) #x
+#define SDPA_STRINGIFY(x) SDPA_STRINGIFY_(x)
+#define SDPA_VERSION_STRING                                                    \
+    SDPA_STRINGIFY(SDPA_VERSION_MAJOR)                                         \
+    "." SDPA_STRINGIFY(SDPA_VERSION_MINOR) "." SDPA_STRINGIFY(SDPA_VERSION_PATCH)
+
+#if defined(SDPA_STATIC_DEFINE)
+#define SDPA_API
+#elif defined(_WIN32)
+#if defined(SDPA_BUILDING_LIBRARY)
+#define SDPA_API __declspec(dllexport)
+#else
+#define SDPA_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define SDPA_API __attribute__((visibility("default")))
+#else
+#define SDPA_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes. Values are frozen forever; new codes are only appended.     */
+/* ------------------------------------------------------------------------ */
+enum {
+    SDPA_OK = 0,
+    SDPA_ERR_NULL_POINTER = 1,      /* a required pointer is NULL */
+    SDPA_ERR_STRUCT_SIZE = 2,       /* struct_size smaller than version 1 */
+    SDPA_ERR_STRUCT_TAIL = 3,       /* struct_size larger, unknown tail not 0 */
+    SDPA_ERR_BAD_DTYPE = 4,         /* dtype is not SDPA_FLOAT32/64 */
+    SDPA_ERR_BAD_DIM = 5,           /* a dimension is zero or negative */
+    SDPA_ERR_SHAPE_MISMATCH = 6,    /* dimensions disagree between tensors */
+    SDPA_ERR_BAD_STRIDE = 7,        /* negative stride, innermost stride != 1,
+                                       row stride below the row length, or an
+                                       output that overlaps itself */
+    SDPA_ERR_OVERLAP = 8,           /* outputs overlap each other or an input */
+    SDPA_ERR_OVERFLOW = 9,          /* an extent overflows size_t or BLAS int */
+    SDPA_ERR_BAD_SCALE = 10,        /* scale negative, NaN or infinite */
+    SDPA_ERR_BAD_SOFTCAP = 11,      /* soft-cap negative, NaN or infinite */
+    SDPA_ERR_HEAD_GROUPING = 12,    /* Hq is not a multiple of Hkv */
+    SDPA_ERR_BAD_KV_LEN = 13,       /* kv_lens[b] outside [0, Tk] */
+    SDPA_ERR_BAD_CAUSAL = 14,       /* causal is not an SDPA_CAUSAL_* value */
+    SDPA_ERR_BAD_FLAGS = 15,        /* unknown flag bits */
+    SDPA_ERR_UNKNOWN_OPTION = 16,   /* option id not an SDPA_OPT_* value */
+    SDPA_ERR_BAD_OPTION_VALUE = 17, /* option value outside its range */
+    SDPA_ERR_FULLY_MASKED_ROW = 18, /* a query row has no allowed key */
+    SDPA_ERR_NONFINITE = 19,        /* a logit is NaN or +inf (during compute) */
+    SDPA_ERR_OUT_OF_MEMORY = 20,    /* the allocator returned NULL */
+    SDPA_ERR_UNSUPPORTED = 21       /* forced kernel/path not usable here */
+};
+
+/* A short fixed description of a status; never NULL (unknown codes get
+ * "unknown status"). */
+SDPA_API const char *sdpa_status_string(int status);
+
+/* Run-time version: SDPA_VERSION_NUMBER and SDPA_VERSION_STRING of the
+ * library actually loaded. */
+SDPA_API unsigned sdpa_version_number(void);
+SDPA_API const char *sdpa_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Context: options that persist between calls, and the scratch buffers.     */
+/* ------------------------------------------------------------------------ */
+typedef struct sdpa_ctx sdpa_ctx;
+
+/* Caller allocator. alloc must return memory aligned to at least `alignment`
+ * (a power of two, at most 4096) or NULL; free receives the same size. */
+typedef struct sdpa_allocator {
+    size_t struct_size; /* sizeof(sdpa_allocator) */
+    void *(*alloc)(void *opaque, size_t size, size_t alignment);
+    void (*free)(void *opaque, void *ptr, size_t size);
+    void *opaque;
+} sdpa_allocator;
+
+/* Create a context with the C library allocator. *out is set to NULL on
+ * failure. */
+SDPA_API int sdpa_ctx_create(sdpa_ctx **out);
+/* Create a context whose every allocation (itself included) goes through
+ * `allocator`, which is copied. */
+SDPA_API int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
+                                            const sdpa_allocator *allocator);
+/* Free the context and its scratch. NULL is accepted. */
+SDPA_API void sdpa_ctx_destroy(sdpa_ctx *ctx);
+
+/* The message of the last failed call on this context: what and where.
+ * "" when the last call succeeded; never NULL (for a NULL ctx, a fixed
+ * message). */
+SDPA_API const char *sdpa_ctx_last_error(const sdpa_ctx *ctx);
+
+/* Option ids: explicitly numbered and frozen. 0 is never an option. Every
+ * option's default is value 0 or the value stated. */
+enum {
+    SDPA_OPT_EMPTY_ROWS = 1,     /* SDPA_EMPTY_ROWS_*; default ERROR */
+    SDPA_OPT_NUM_THREADS = 2,    /* worker threads, 1..256; default 1 */
+    SDPA_OPT_KERNEL = 3,         /* SDPA_KERNEL_*; default AUTO */
+    SDPA_OPT_PATH = 4,           /* SDPA_PATH_*; default AUTO */
+    SDPA_OPT_SCRATCH_LIMIT = 5,  /* bytes the planner may aim for; 0 = auto */
+    SDPA_OPT_BLOCK_Q = 6,        /* tiled path query block; 0 = auto */
+    SDPA_OPT_BLOCK_K = 7         /* tiled path key block; 0 = auto */
+    /* 8..999 reserved for stable options; 1000.. for experimental ones. */
+};
+
+enum { SDPA_EMPTY_ROWS_ERROR = 0, SDPA_EMPTY_ROWS_ZERO = 1 };
+enum { SDPA_KERNEL_AUTO = 0, SDPA_KERNEL_PORTABLE = 1, SDPA_KERNEL_AVX2 = 2 };
+enum {
+    SDPA_PATH_AUTO = 0,
+    SDPA_PATH_MATERIALISED = 1, /* whole Tq×Tk score rows per slice */
+    SDPA_PATH_TILED = 2,        /* key blocks with an online softmax */
+    SDPA_PATH_DECODE = 3        /* few queries per KV head, split keys */
+};
+
+/* Set / get an option. Unknown ids give SDPA_ERR_UNKNOWN_OPTION, values out
+ * of range SDPA_ERR_BAD_OPTION_VALUE (the option keeps its value). Setting
+ * SDPA_OPT_KERNEL to AVX2 on a CPU without AVX2+FMA gives SDPA_ERR_UNSUPPORTED.
+ * Getting SDPA_OPT_KERNEL returns the kernel that AUTO resolves to. */
+SDPA_API int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value);
+SDPA_API int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option,
+                              int64_t *value);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors and the forward call.                                             */
+/* ------------------------------------------------------------------------ */
+enum { SDPA_FLOAT32 = 1, SDPA_FLOAT64 = 2 };
+enum { SDPA_CAUSAL_NONE = 0, SDPA_CAUSAL_TOP_LEFT = 1,
+       SDPA_CAUSAL_BOTTOM_RIGHT = 2 };
+/* Flags of sdpa_forward_args.flags; unknown bits are an error. */
+enum { SDPA_FLAG_MASK_NONZERO_ALLOWS = 1u << 0 };
+
+/* A rank-4 strided view in logical order (N, H, T, D); strides count
+ * elements, not bytes. data == NULL marks an optional tensor as absent.
+ * Inputs are never written through data. */
+typedef struct sdpa_tensor {
+    void *data;
+    int64_t shape[4];
+    int64_t stride[4];
+} sdpa_tensor;
+
+/* Arguments of one forward call. Zero-initialise, then set struct_size
+ * (SDPA_FORWARD_ARGS_INIT does both); a zero field means "absent"/"default".
+ *
+ *   q       [N, Hq,  Tq, Dk]   dtype
+ *   k       [N, Hkv, Tk, Dk]   dtype
+ *   v       [N, Hkv, Tk, Dv]   dtype
+ *   mask    [N|1, Hq|1, Tq|1, Tk] uint8, optional
+ *   bias    [N|1, Hq|1, Tq|1, Tk] dtype, optional, may hold -inf
+ *   out     [N, Hq,  Tq, Dv]   dtype, written
+ *   weights [N, Hq,  Tq, Tk]   dtype, optional output: the probabilities
+ *   lse     [N, Hq,  Tq, 1]    dtype, optional output: natural log-sum-exp
+ *
+ * Innermost strides must be 1 (stride[3] of lse is ignored). K and V may be
+ * broadcast over N with stride 0. */
+typedef struct sdpa_forward_args {
+    size_t struct_size;       /* sizeof(sdpa_forward_args) */
+    int dtype;                /* SDPA_FLOAT32 or SDPA_FLOAT64 */
+    int causal;               /* SDPA_CAUSAL_* */
+    uint32_t flags;           /* SDPA_FLAG_* */
+    double scale;             /* 0 = 1/sqrt(Dk); else finite and > 0 */
+    double softcap;           /* 0 = off; else finite and > 0 */
+    const int64_t *kv_lens;   /* optional, N valid key lengths in [0, Tk] */
+    sdpa_tensor q, k, v;
+    sdpa_tensor mask, bias;
+    sdpa_tensor out, weights, lse;
+} sdpa_forward_args;
+
+#define SDPA_FORWARD_ARGS_INIT { .struct_size = sizeof(sdpa_forward_args) }
+
+/* Compute attention for the whole batch. */
+SDPA_API int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args);
+
+/* Validate args and plan the call without computing: *bytes receives the
+ * scratch the call will hold in the context (what sdpa_forward would grow it
+ * to; already-held scratch counts). Nothing is allocated or written. */
+SDPA_API int sdpa_forward_workspace(sdpa_ctx *ctx,
+                                    const sdpa_forward_args *args,
+                                    size_t *bytes);
+
+/* Convenience constructors for contiguous views (no symbols exported). */
+static inline sdpa_tensor sdpa_tensor_bhtd(void *data, int64_t n, int64_t h,
+                                           int64_t t, int64_t d)
+{
+    sdpa_tensor x = {data, {n, h, t, d}, {h * t * d, t * d, d, 1}};
+    return x;
+}
+
+/* Heads interleaved: memory order [N, T, H, D], e.g. a packed [N, T, H·D]
+ * buffer, viewed in logical (N, H, T, D) order without a copy. */
+static inline sdpa_tensor sdpa_tensor_bthd(void *data, int64_t n, int64_t h,
+                                           int64_t t, int64_t d)
+{
+    sdpa_tensor x = {data, {n, h, t, d}, {t * h * d, d, h * d, 1}};
+    return x;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SDPA_H */

@@ -1,0 +1,185 @@
+/* The context: its allocator, persistent options, scratch and last error. */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *default_alloc(void *opaque, size_t size, size_t alignment)
+{
+    (void)opaque;
+    void *ptr = NULL;
+    if (posix_memalign(&ptr, alignment < sizeof(void *) ? sizeof(void *)
+                                                         : alignment,
+                       size ? size : 1) != 0)
+        return NULL;
+    return ptr;
+}
+
+static void default_free(void *opaque, void *ptr, size_t size)
+{
+    (void)opaque;
+    (void)size;
+    free(ptr);
+}
+
+void *sdpa_alloc(const sdpa_ctx *ctx, size_t size)
+{
+    return ctx->allocator.alloc(ctx->allocator.opaque, size, SDPA_ALIGN);
+}
+
+void sdpa_free(const sdpa_ctx *ctx, void *ptr, size_t size)
+{
+    if (ptr)
+        ctx->allocator.free(ctx->allocator.opaque, ptr, size);
+}
+
+int sdpa_fail(sdpa_ctx *ctx, int status, const char *format, ...)
+{
+    if (ctx) {
+        va_list ap;
+        va_start(ap, format);
+        vsnprintf(ctx->message, sizeof ctx->message, format, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+int sdpa_ctx_create(sdpa_ctx **out)
+{
+    sdpa_allocator std = {sizeof std, default_alloc, default_free, NULL};
+    return sdpa_ctx_create_with_allocator(out, &std);
+}
+
+int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
+                                   const sdpa_allocator *allocator)
+{
+    if (!out)
+        return SDPA_ERR_NULL_POINTER;
+    *out = NULL;
+    if (!allocator || !allocator->alloc || !allocator->free)
+        return SDPA_ERR_NULL_POINTER;
+    if (allocator->struct_size < sizeof(sdpa_allocator))
+        return SDPA_ERR_STRUCT_SIZE;
+    const unsigned char *tail = (const unsigned char *)allocator;
+    for (size_t i = sizeof(sdpa_allocator); i < allocator->struct_size; i++)
+        if (tail[i] != 0)
+            return SDPA_ERR_STRUCT_TAIL;
+
+    sdpa_ctx *ctx = allocator->alloc(allocator->opaque, sizeof *ctx,
+                                     _Alignof(sdpa_ctx));
+    if (!ctx)
+        return SDPA_ERR_OUT_OF_MEMORY;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->allocator = *allocator;
+    ctx->allocator.struct_size = sizeof(sdpa_allocator);
+    ctx->options[SDPA_OPT_NUM_THREADS] = 1;
+    ctx->kernel = sdpa_cpu_has_avx2_fma() ? SDPA_KERNEL_AVX2
+                                          : SDPA_KERNEL_PORTABLE;
+    *out = ctx;
+    return SDPA_OK;
+}
+
+void sdpa_ctx_destroy(sdpa_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    sdpa_pool_destroy(ctx);
+    for (int i = 0; i < SDPA_MAX_THREADS; i++)
+        sdpa_free(ctx, ctx->scratch[i].ptr, ctx->scratch[i].size);
+    sdpa_allocator allocator = ctx->allocator;
+    allocator.free(allocator.opaque, ctx, sizeof *ctx);
+}
+
+const char *sdpa_ctx_last_error(const sdpa_ctx *ctx)
+{
+    return ctx ? ctx->message : "no context (ctx is NULL)";
+}
+
+int sdpa_scratch_reserve(sdpa_ctx *ctx, int count, size_t bytes)
+{
+    for (int i = 0; i < count; i++) {
+        sdpa_buffer *buf = &ctx->scratch[i];
+        if (buf->size >= bytes)
+            continue;
+        void *grown = sdpa_alloc(ctx, bytes);
+        if (!grown)
+            return sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
+                             "cannot allocate %zu bytes of scratch for "
+                             "worker %d",
+                             bytes, i);
+        sdpa_free(ctx, buf->ptr, buf->size);
+        buf->ptr = grown;
+        buf->size = bytes;
+    }
+    return SDPA_OK;
+}
+
+/* Inclusive range of every option's values. */
+static bool option_range(int option, int64_t *lo, int64_t *hi)
+{
+    switch (option) {
+    case SDPA_OPT_EMPTY_ROWS:
+        *lo = SDPA_EMPTY_ROWS_ERROR, *hi = SDPA_EMPTY_ROWS_ZERO;
+        return true;
+    case SDPA_OPT_NUM_THREADS:
+        *lo = 1, *hi = SDPA_MAX_THREADS;
+        return true;
+    case SDPA_OPT_KERNEL:
+        *lo = SDPA_KERNEL_AUTO, *hi = SDPA_KERNEL_AVX2;
+        return true;
+    case SDPA_OPT_PATH:
+        *lo = SDPA_PATH_AUTO, *hi = SDPA_PATH_DECODE;
+        return true;
+    case SDPA_OPT_SCRATCH_LIMIT:
+        *lo = 0, *hi = INT64_MAX;
+        return true;
+    case SDPA_OPT_BLOCK_Q:
+    case SDPA_OPT_BLOCK_K:
+        *lo = 0, *hi = 1 << 20;
+        return true;
+    default:
+        return false;
+    }
+}
+
+int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
+{
+    if (!ctx)
+        return SDPA_ERR_NULL_POINTER;
+    int64_t lo, hi;
+    if (!option_range(option, &lo, &hi))
+        return sdpa_fail(ctx, SDPA_ERR_UNKNOWN_OPTION,
+                         "sdpa_ctx_set_int: unknown option id %d", option);
+    if (value < lo || value > hi)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
+                         "sdpa_ctx_set_int: option %d takes values in "
+                         "[%lld, %lld], got %lld",
+                         option, (long long)lo, (long long)hi,
+                         (long long)value);
+    if (option == SDPA_OPT_KERNEL) {
+        bool avx2 = sdpa_cpu_has_avx2_fma();
+        if (value == SDPA_KERNEL_AVX2 && !avx2)
+            return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
+                             "sdpa_ctx_set_int: this CPU lacks AVX2+FMA, "
+                             "the AVX2 kernel cannot run");
+        ctx->kernel = value == SDPA_KERNEL_AUTO
+                          ? (avx2 ? SDPA_KERNEL_AVX2 : SDPA_KERNEL_PORTABLE)
+                          : (int)value;
+    }
+    ctx->options[option] = value;
+    ctx->message[0] = '\0';
+    return SDPA_OK;
+}
+
+int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option, int64_t *value)
+{
+    if (!ctx || !value)
+        return SDPA_ERR_NULL_POINTER;
+    int64_t lo, hi;
+    if (!option_range(option, &lo, &hi))
+        return SDPA_ERR_UNKNOWN_OPTION;
+    *value = option == SDPA_OPT_KERNEL ? ctx->kernel : ctx->options[option];
+    return SDPA_OK;
+}

@@ -1,0 +1,154 @@
+/*
+ * Internal declarations shared by the library's layers:
+ * context (options, scratch, errors) → validate → plan → paths → row kernels.
+ */
+#ifndef SDPA_INTERNAL_H
+#define SDPA_INTERNAL_H
+
+#include "sdpa.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The scratch alignment: one cache line, and a whole AVX-512 register. */
+#define SDPA_ALIGN 64
+
+/* Most worker threads a context may use (SDPA_OPT_NUM_THREADS). */
+#define SDPA_MAX_THREADS 256
+
+/* One worker's scratch buffer, grown on demand and kept between calls. */
+typedef struct sdpa_buffer {
+    void *ptr;
+    size_t size;
+} sdpa_buffer;
+
+typedef struct sdpa_pool sdpa_pool;
+
+struct sdpa_ctx {
+    sdpa_allocator allocator;
+    int64_t options[8]; /* indexed by SDPA_OPT_*; [0] unused */
+    int kernel;         /* resolved SDPA_KERNEL_* (never AUTO) */
+    sdpa_buffer scratch[SDPA_MAX_THREADS];
+    sdpa_pool *pool;
+    char message[256];
+};
+
+/* Records a failure on ctx (printf-style message: what and where) and returns
+ * status, so that callers can write `return sdpa_fail(ctx, ...)`. */
+int sdpa_fail(sdpa_ctx *ctx, int status, const char *format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Allocation through the context's allocator. */
+void *sdpa_alloc(const sdpa_ctx *ctx, size_t size);
+void sdpa_free(const sdpa_ctx *ctx, void *ptr, size_t size);
+
+/* Makes every scratch buffer [0, count) at least `bytes` large, allocating
+ * only what is missing; all or nothing. */
+int sdpa_scratch_reserve(sdpa_ctx *ctx, int count, size_t bytes);
+
+/* A validated tensor: base pointer and element strides, with broadcast
+ * dimensions' strides set to 0. data is NULL for an absent optional tensor. */
+typedef struct sdpa_view {
+    char *data;
+    int64_t stride[4];
+} sdpa_view;
+
+/* The row stride to hand BLAS as a leading dimension: a single-row view
+ * has stride 0 after validation, and BLAS wants at least the row length. */
+static inline int64_t sdpa_row_stride(const sdpa_view *view, int64_t row_len)
+{
+    return view->stride[2] > row_len ? view->stride[2] : row_len;
+}
+
+/* Everything a path needs, validated and resolved (defaults applied). */
+typedef struct sdpa_problem {
+    int dtype;
+    size_t elem_size;
+    int64_t batch, heads_q, heads_kv, group; /* group = Hq / Hkv */
+    int64_t len_q, len_k, dim_k, dim_v;
+    double scale;   /* resolved: never 0 */
+    double softcap; /* 0 = off */
+    int causal;
+    bool mask_nonzero_allows;
+    bool empty_rows_zero;
+    const int64_t *kv_lens;
+    sdpa_view q, k, v, mask, bias, out, weights, lse;
+} sdpa_problem;
+
+/* Checks every argument and every size; writes nothing but *problem and, on
+ * failure, ctx's message. */
+int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                  sdpa_problem *problem);
+
+/* Number of keys row `row` of batch item `b` may see before the mask and the
+ * bias are applied: keys [0, limit) are candidates; limit <= 0 means none. */
+static inline int64_t sdpa_key_limit(const sdpa_problem *p, int64_t b,
+                                     int64_t row)
+{
+    int64_t valid = p->kv_lens ? p->kv_lens[b] : p->len_k;
+    int64_t limit = valid;
+    if (p->causal == SDPA_CAUSAL_TOP_LEFT)
+        limit = row + 1;
+    else if (p->causal == SDPA_CAUSAL_BOTTOM_RIGHT)
+        limit = row + 1 + (valid - p->len_q);
+    return limit < valid ? limit : valid;
+}
+
+/* The plan of one call: which path, how the work is split, what scratch
+ * each worker needs. */
+typedef struct sdpa_plan {
+    int path;            /* resolved SDPA_PATH_* */
+    int threads;         /* workers that will run */
+    int64_t block_q;     /* query rows per work item */
+    int64_t block_k;     /* key block (tiled path) */
+    int64_t q_blocks;    /* ceil(Tq / block_q) */
+    int64_t work_items;  /* batch · Hq · q_blocks */
+    size_t score_ld;     /* leading dimension of the score scratch */
+    size_t worker_bytes; /* scratch per worker */
+} sdpa_plan;
+
+int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem,
+                   sdpa_plan *plan);
+
+/* The paths. Each runs work items [first, last) on one worker's scratch and
+ * returns SDPA_OK or SDPA_ERR_NONFINITE (with *failed_item set). */
+typedef int (*sdpa_path_fn)(const sdpa_problem *problem,
+                            const sdpa_plan *plan, int kernel, void *scratch,
+                            int64_t item, int64_t *bad_row);
+
+int sdpa_materialised_item(const sdpa_problem *problem, const sdpa_plan *plan,
+                           int kernel, void *scratch, int64_t item,
+                           int64_t *bad_row);
+
+/* Runs items [0, plan->work_items) on plan->threads workers (the caller's
+ * thread is worker 0). Results never depend on the thread count: every item
+ * is computed the same way by whichever worker takes it. */
+int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
+                   const sdpa_plan *plan, sdpa_path_fn fn, int64_t *bad_item,
+                   int64_t *bad_row);
+void sdpa_pool_destroy(sdpa_ctx *ctx);
+
+/* CPU detection (cached): does this CPU run the AVX2+FMA kernel? */
+bool sdpa_cpu_has_avx2_fma(void);
+
+/* Checked size arithmetic: false on overflow. */
+static inline bool sdpa_mul_size(size_t a, size_t b, size_t *r)
+{
+    if (a != 0 && b > SIZE_MAX / a)
+        return false;
+    *r = a * b;
+    return true;
+}
+static inline bool sdpa_add_size(size_t a, size_t b, size_t *r)
+{
+    if (b > SIZE_MAX - a)
+        return false;
+    *r = a + b;
+    return true;
+}
+
+#endif /* SDPA_INTERNAL_H */

@@ -1,0 +1,138 @@
+/*
+ * The materialised path for one dtype (T/SUF, GEMM = cblas_?gemm). One work
+ * item is a block of query rows of one (batch item, query head):
+ *
+ *   S = scale · Q_blk Kᵀ           (rows × ncols) @ gemm, scale as alpha
+ *   per row: soft-cap, + bias, mask/causal/lengths → -inf, max, exp, sum
+ *   O_blk = P V                    (rows × ncols) @ (ncols × Dv) gemm
+ *   O_blk row r *= 1 / sum_r       (Dv per row, cheaper than Tk per row)
+ *
+ * ncols is the number of keys the block's last row may see (causal and
+ * kv_lens bound it), so forbidden key columns beyond it cost nothing and K/V
+ * rows past kv_lens[b] are never read. When the caller asks for the weights,
+ * S lives in the caller's weights buffer and P is normalised in place, so the
+ * weights are exactly the probabilities that produced the output.
+ */
+
+static inline T *NAME(elem)(const sdpa_view *view, int64_t n, int64_t h,
+                            int64_t t)
+{
+    return (T *)(void *)view->data +
+           (n * view->stride[0] + h * view->stride[1] + t * view->stride[2]);
+}
+
+/* Logit soft-cap s = c·tanh(s/c), in double for both dtypes. */
+static void NAME(softcap_rows)(T *s, int64_t rows, int64_t ld,
+                               int64_t ncols, double cap)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < ncols; j++) {
+            T *x = s + r * ld + j;
+            *x = (T)(cap * tanh((double)*x / cap));
+        }
+}
+
+static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
+                                   int kernel, void *scratch, int64_t item,
+                                   int64_t *bad_row)
+{
+    const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
+    int64_t q_block = item % plan->q_blocks;
+    int64_t h = (item / plan->q_blocks) % p->heads_q;
+    int64_t b = item / plan->q_blocks / p->heads_q;
+    int64_t hk = h / p->group;
+    int64_t i0 = q_block * plan->block_q;
+    int64_t rows = p->len_q - i0 < plan->block_q ? p->len_q - i0
+                                                 : plan->block_q;
+    int64_t last_limit = sdpa_key_limit(p, b, i0 + rows - 1);
+    int64_t ncols = last_limit > 0 ? last_limit : 0;
+
+    const bool want_weights = p->weights.data != NULL;
+    T *s;
+    int64_t ld;
+    if (want_weights) {
+        s = NAME(elem)(&p->weights, b, h, i0);
+        ld = sdpa_row_stride(&p->weights, p->len_k);
+    } else {
+        s = scratch;
+        ld = (int64_t)plan->score_ld;
+    }
+    T *inv_sum = (T *)scratch + plan->block_q * (int64_t)plan->score_ld;
+    T *out = NAME(elem)(&p->out, b, h, i0);
+    int64_t out_ld = sdpa_row_stride(&p->out, p->dim_v);
+
+    if (ncols > 0) {
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)ncols,
+             (int)p->dim_k, (T)p->scale, NAME(elem)(&p->q, b, h, i0),
+             (int)sdpa_row_stride(&p->q, p->dim_k),
+             NAME(elem)(&p->k, b, hk, 0), (int)sdpa_row_stride(&p->k, p->dim_k),
+             (T)0, s, (int)ld);
+        if (p->softcap > 0)
+            NAME(softcap_rows)(s, rows, ld, ncols, p->softcap);
+    }
+
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t i = i0 + r;
+        T *x = s + r * ld;
+        int64_t limit = sdpa_key_limit(p, b, i);
+        if (limit < 0)
+            limit = 0;
+        const T *bias = p->bias.data ? NAME(elem)(&p->bias, b, h, i) : NULL;
+        const uint8_t *mask =
+            p->mask.data ? (const uint8_t *)p->mask.data + b * p->mask.stride[0] +
+                               h * p->mask.stride[1] + i * p->mask.stride[2]
+                         : NULL;
+        T m = limit > 0 ? rk->mask_max(x, limit, bias, mask,
+                                       p->mask_nonzero_allows)
+                        : (T)-INFINITY;
+        T sum = 0, lse = (T)-INFINITY;
+        if (m != m || m == (T)INFINITY) {
+            *bad_row = i;
+            return SDPA_ERR_NONFINITE;
+        }
+        if (m == (T)-INFINITY) {
+            /* No allowed key: validation let it through only under the zero
+             * convention, unless finite logits overflowed to -inf. */
+            if (!p->empty_rows_zero) {
+                *bad_row = i;
+                return SDPA_ERR_NONFINITE;
+            }
+            limit = 0;
+        } else {
+            sum = rk->exp_sum(x, limit, m);
+            if (!(sum >= 1) || sum == (T)INFINITY) { /* exp(m - m) = 1 */
+                *bad_row = i; /* a NaN logit beside the max, or overflow */
+                return SDPA_ERR_NONFINITE;
+            }
+            lse = m + (T)log((double)sum);
+        }
+        /* Forbidden columns the gemms (or the caller) will read are 0. */
+        int64_t clear_to = want_weights ? p->len_k : ncols;
+        for (int64_t j = limit; j < clear_to; j++)
+            x[j] = 0;
+        if (want_weights && sum > 0)
+            rk->scale(x, limit, 1 / sum);
+        /* what the output row is multiplied by after the P·V gemm */
+        if (sum == 0)
+            inv_sum[r] = 0;
+        else
+            inv_sum[r] = want_weights ? 1 : 1 / sum;
+        if (p->lse.data)
+            *NAME(elem)(&p->lse, b, h, i) = lse;
+    }
+
+    if (ncols > 0)
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
+             (int)p->dim_v, (int)ncols, (T)1, s, (int)ld,
+             NAME(elem)(&p->v, b, hk, 0), (int)sdpa_row_stride(&p->v, p->dim_v),
+             (T)0, out, (int)out_ld);
+    for (int64_t r = 0; r < rows; r++) {
+        T *o = out + r * out_ld;
+        if (ncols == 0 || inv_sum[r] == 0)
+            for (int64_t d = 0; d < p->dim_v; d++)
+                o[d] = 0; /* an empty row, without reading P or V */
+        else if (inv_sum[r] != 1)
+            rk->scale(o, p->dim_v, inv_sum[r]);
+    }
+    return SDPA_OK;
+}

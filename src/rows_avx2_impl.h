@@ -1,0 +1,108 @@
+/* AVX2+FMA row kernels, one instantiation per T/SUF with the vector macros
+ * of rows_avx2.c (W lanes of type VT). Tails use the scalar kernels' math. */
+
+/* exp(x) for x <= 0, the method of vexp.h on W lanes at once. */
+static inline VT NAME(vexp_neg)(VT x)
+{
+    const VT lowest = VSET1(EXPC(LOWEST));
+    VT keep = VCMP_GE(x, lowest); /* false below range, for -inf and NaN */
+    x = VMAX(x, lowest);
+    const VT magic = VSET1(EXPC(MAGIC));
+    VT t = VFMA(x, VSET1(EXPC(LOG2E)), magic);
+    VT n = VSUB(t, magic);
+    VT r = VFNMA(n, VSET1(EXPC(LN2HI)), x);
+    r = VFNMA(n, VSET1(EXPC(LN2LO)), r);
+    VT p = VSET1((T)sdpa_inv_factorial[EXPC(DEGREE)]);
+    for (int k = EXPC(DEGREE) - 1; k >= 0; k--)
+        p = VFMA(p, r, VSET1((T)sdpa_inv_factorial[k]));
+    __m256i bits = VADDI(VCASTI(t), VSET1I(EXPC(BIAS)));
+    VT two_n = VCASTF(VSLLI(bits, EXPC(MANT)));
+    return VAND(VMUL(p, two_n), keep);
+}
+
+static T NAME(avx2_mask_max)(T *x, int64_t n, const T *bias,
+                             const uint8_t *mask, bool mask_nonzero_allows)
+{
+    const VT minus_inf = VSET1((T)-INFINITY);
+    /* forbidden = (mask == 0) xor flip, per lane */
+    const __m256i flip = mask_nonzero_allows ? _mm256_setzero_si256()
+                                             : _mm256_set1_epi32(-1);
+    VT vmax = minus_inf, vnan = VZERO();
+    int64_t j = 0;
+    for (; j + W <= n; j += W) {
+        VT v = VLOAD(x + j);
+        if (bias)
+            v = VADD(v, VLOAD(bias + j));
+        if (mask) {
+            __m256i zero_lanes = MASK_IS_ZERO(mask + j);
+            VT forbidden = VCASTF(_mm256_xor_si256(zero_lanes, flip));
+            v = VBLENDV(v, minus_inf, forbidden);
+        }
+        VSTORE(x + j, v);
+        vmax = VMAX(vmax, v);
+        vnan = VOR(vnan, VCMP_UNORD(v, v));
+    }
+    T lanes[W], m = (T)-INFINITY;
+    bool nan = VMOVEMASK(vnan) != 0;
+    VSTORE(lanes, vmax);
+    for (int l = 0; l < W; l++)
+        m = lanes[l] > m ? lanes[l] : m;
+    for (; j < n; j++) {
+        T v = x[j];
+        if (bias)
+            v += bias[j];
+        if (mask && (mask[j] != 0) != mask_nonzero_allows)
+            v = (T)-INFINITY;
+        x[j] = v;
+        m = v > m ? v : m;
+        nan |= v != v;
+    }
+    return nan ? (T)NAN : m;
+}
+
+static T NAME(avx2_exp_sum)(T *x, int64_t n, T m)
+{
+    const VT vm = VSET1(m);
+    VT acc0 = VZERO(), acc1 = VZERO();
+    int64_t j = 0;
+    /* Two independent chains hide the add latency behind the exps. */
+    for (; j + 2 * W <= n; j += 2 * W) {
+        VT e0 = NAME(vexp_neg)(VSUB(VLOAD(x + j), vm));
+        VT e1 = NAME(vexp_neg)(VSUB(VLOAD(x + j + W), vm));
+        VSTORE(x + j, e0);
+        VSTORE(x + j + W, e1);
+        acc0 = VADD(acc0, e0);
+        acc1 = VADD(acc1, e1);
+    }
+    for (; j + W <= n; j += W) {
+        VT e = NAME(vexp_neg)(VSUB(VLOAD(x + j), vm));
+        VSTORE(x + j, e);
+        acc0 = VADD(acc0, e);
+    }
+    T lanes[W], sum = 0;
+    VSTORE(lanes, VADD(acc0, acc1));
+    for (int l = 0; l < W; l++)
+        sum += lanes[l];
+    for (; j < n; j++) {
+        T e = NAME(sdpa_exp_neg)(x[j] - m);
+        x[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+static void NAME(avx2_scale)(T *x, int64_t n, T c)
+{
+    const VT vc = VSET1(c);
+    int64_t j = 0;
+    for (; j + W <= n; j += W)
+        VSTORE(x + j, VMUL(VLOAD(x + j), vc));
+    for (; j < n; j++)
+        x[j] *= c;
+}
+
+const NAME(sdpa_row_kernels) NAME(sdpa_rows_avx2) = {
+    NAME(avx2_mask_max),
+    NAME(avx2_exp_sum),
+    NAME(avx2_scale),
+};

@@ -1,0 +1,24 @@
+# The library's source files, owned by the core (src/). Included by the
+# top-level CMakeLists.txt, which defines the shared and static targets.
+set(SDPA_SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/api.c
+    ${CMAKE_CURRENT_LIST_DIR}/status.c
+    ${CMAKE_CURRENT_LIST_DIR}/context.c
+    ${CMAKE_CURRENT_LIST_DIR}/validate.c
+    ${CMAKE_CURRENT_LIST_DIR}/plan.c
+    ${CMAKE_CURRENT_LIST_DIR}/path_materialised.c
+    ${CMAKE_CURRENT_LIST_DIR}/pool.c
+    ${CMAKE_CURRENT_LIST_DIR}/rows_dispatch.c
+    ${CMAKE_CURRENT_LIST_DIR}/rows_portable.c
+    ${CMAKE_CURRENT_LIST_DIR}/rows_avx2.c
+)
+
+# The AVX2+FMA row kernel is always built and chosen at run time by CPU
+# detection, so only its own file gets the ISA flags.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64|i[3-6]86")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/rows_avx2.c
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+  set(SDPA_HAVE_X86 ON)
+else()
+  set(SDPA_HAVE_X86 OFF)
+endif()

@@ -1,0 +1,14 @@
+/* Name pasting for the type-generic template files (*_impl.h): each is
+ * included once with T = float, SUF = f32 and once with T = double,
+ * SUF = f64. */
+#ifndef SDPA_TEMPLATE_H
+#define SDPA_TEMPLATE_H
+#define SDPA_CAT_(a, b) a##_##b
+#define SDPA_CAT(a, b) SDPA_CAT_(a, b)
+/* NAME(foo) → foo_f32 / foo_f64 */
+#define NAME(base) SDPA_CAT(base, SUF)
+#define SDPA_PASTE_(a, b) a##b
+#define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
+/* EXPC(LOWEST) → SDPA_EXP_LOWEST_f32 / _f64, the constants of vexp.h */
+#define EXPC(name) SDPA_PASTE(SDPA_EXP_##name##_, SUF)
+#endif

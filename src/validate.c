@@ -1,0 +1,383 @@
+/*
+ * Validation: every argument, every size and every promise of sdpa_forward is
+ * checked here, before anything is allocated or written. The result is a
+ * resolved sdpa_problem (defaults applied, broadcast strides zeroed).
+ */
+#include "internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+/* The size of sdpa_forward_args in version 1 of the ABI. */
+#define ARGS_SIZE_V1 sizeof(sdpa_forward_args)
+
+#define KNOWN_FLAGS ((uint32_t)SDPA_FLAG_MASK_NONZERO_ALLOWS)
+
+enum { N_DIM, H_DIM, T_DIM, D_DIM };
+
+/* How each tensor argument is checked. */
+typedef struct tensor_rule {
+    const char *name;
+    const sdpa_tensor *tensor;
+    sdpa_view *view;
+    bool required;
+    bool is_output;
+    bool broadcastable; /* N, H, T may be broadcast (extent 1 or stride 0) */
+    bool rows_for_blas; /* row stride is a BLAS leading dimension */
+    size_t elem_size;
+    int64_t expect[4];  /* exact extents; broadcastable dims may also be 1 */
+} tensor_rule;
+
+static const char *const dim_names[4] = {"N", "H", "T", "D"};
+
+static int check_shape(sdpa_ctx *ctx, const tensor_rule *r)
+{
+    for (int d = 0; d < 4; d++) {
+        int64_t got = r->tensor->shape[d];
+        if (got <= 0)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
+                             "sdpa_forward: %s.shape[%d] (%s) is %lld, must "
+                             "be positive",
+                             r->name, d, dim_names[d], (long long)got);
+    }
+    for (int d = 0; d < 4; d++) {
+        int64_t got = r->tensor->shape[d], want = r->expect[d];
+        bool broadcast_ok = r->broadcastable && d != D_DIM && got == 1;
+        if (got != want && !broadcast_ok)
+            return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
+                             "sdpa_forward: %s.shape[%d] (%s) is %lld, "
+                             "expected %lld%s",
+                             r->name, d, dim_names[d], (long long)got,
+                             (long long)want,
+                             r->broadcastable && d != D_DIM ? " or 1" : "");
+    }
+    return SDPA_OK;
+}
+
+/* Span of a view in elements: the largest offset + 1 (all strides >= 0). */
+static bool span_elements(const sdpa_tensor *t, const int64_t stride[4],
+                          size_t *span)
+{
+    size_t total = 1;
+    for (int d = 0; d < 4; d++) {
+        size_t step;
+        if (!sdpa_mul_size((size_t)(t->shape[d] - 1), (size_t)stride[d],
+                           &step) ||
+            !sdpa_add_size(total, step, &total))
+            return false;
+    }
+    *span = total;
+    return true;
+}
+
+/* An output must not write one element twice: sorted by stride, every
+ * dimension must step over everything the inner dimensions cover. */
+static bool overlaps_itself(const int64_t shape[4], const int64_t stride[4])
+{
+    int order[4] = {0, 1, 2, 3};
+    for (int a = 1; a < 4; a++) /* insertion sort by stride */
+        for (int b = a; b > 0 && stride[order[b]] < stride[order[b - 1]]; b--) {
+            int t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    int64_t covered = 0; /* largest offset reached by the inner dims */
+    for (int i = 0; i < 4; i++) {
+        int d = order[i];
+        if (shape[d] == 1)
+            continue;
+        if (stride[d] <= covered)
+            return true;
+        if (shape[d] - 1 > (INT64_MAX - covered) / stride[d])
+            return false; /* too large to overlap: caught as overflow */
+        covered += (shape[d] - 1) * stride[d];
+    }
+    return false;
+}
+
+static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
+{
+    const sdpa_tensor *t = r->tensor;
+    int64_t stride[4];
+    for (int d = 0; d < 4; d++) {
+        stride[d] = t->stride[d];
+        if (stride[d] < 0)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                             "sdpa_forward: %s.stride[%d] is %lld, strides "
+                             "must not be negative",
+                             r->name, d, (long long)stride[d]);
+        if (t->shape[d] == 1)
+            stride[d] = 0; /* a single index never moves: broadcast */
+    }
+    bool is_lse = r->expect[D_DIM] == 1 && strcmp(r->name, "lse") == 0;
+    if (!is_lse && t->stride[D_DIM] != 1 && t->shape[D_DIM] > 1)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "sdpa_forward: %s.stride[3] is %lld, the innermost "
+                         "stride must be 1",
+                         r->name, (long long)t->stride[D_DIM]);
+    if (r->rows_for_blas && t->shape[T_DIM] > 1 &&
+        stride[T_DIM] < t->shape[D_DIM])
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "sdpa_forward: %s.stride[2] is %lld, below the row "
+                         "length %lld",
+                         r->name, (long long)stride[T_DIM],
+                         (long long)t->shape[D_DIM]);
+    if (r->is_output && overlaps_itself(t->shape, stride))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "sdpa_forward: the strides of output %s make "
+                         "elements overlap",
+                         r->name);
+    size_t span;
+    if (!span_elements(t, stride, &span) ||
+        !sdpa_mul_size(span, r->elem_size, bytes) ||
+        (uintptr_t)t->data > UINTPTR_MAX - *bytes)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "sdpa_forward: the extent of %s overflows the "
+                         "address space",
+                         r->name);
+    if (r->rows_for_blas && (t->shape[T_DIM] > INT_MAX ||
+                             t->shape[D_DIM] > INT_MAX ||
+                             stride[T_DIM] > INT_MAX))
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "sdpa_forward: %s has a row count, row length or "
+                         "row stride above the BLAS int limit %d",
+                         r->name, INT_MAX);
+    r->view->data = t->data;
+    memcpy(r->view->stride, stride, sizeof stride);
+    return SDPA_OK;
+}
+
+typedef struct byte_range {
+    const char *name;
+    uintptr_t begin, end;
+} byte_range;
+
+static bool ranges_meet(const byte_range *a, const byte_range *b)
+{
+    return a->begin < b->end && b->begin < a->end;
+}
+
+/* Is any key allowed for this row by the mask and the bias (keys below
+ * limit only)? Stops at the first allowed key. */
+static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
+                                int64_t i, int64_t limit)
+{
+    const uint8_t *mask = NULL;
+    const char *bias = NULL;
+    if (p->mask.data)
+        mask = (const uint8_t *)p->mask.data + b * p->mask.stride[0] +
+               h * p->mask.stride[1] + i * p->mask.stride[2];
+    if (p->bias.data)
+        bias = p->bias.data + (size_t)(b * p->bias.stride[0] +
+                                       h * p->bias.stride[1] +
+                                       i * p->bias.stride[2]) *
+                                  p->elem_size;
+    for (int64_t j = 0; j < limit; j++) {
+        if (mask && (mask[j] != 0) != p->mask_nonzero_allows)
+            continue;
+        if (bias) {
+            double v = p->dtype == SDPA_FLOAT32
+                           ? (double)((const float *)bias)[j]
+                           : ((const double *)bias)[j];
+            if (v == -INFINITY)
+                continue;
+        }
+        return true;
+    }
+    return false;
+}
+
+/* The textbook rule: a row with no allowed key is an error (unless the
+ * context chose the zero-row convention). Found here, before any write. */
+static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
+{
+    bool scan = p->mask.data || p->bias.data;
+    bool per_head = (p->mask.data && p->mask.stride[1] != 0) ||
+                    (p->bias.data && p->bias.stride[1] != 0);
+    int64_t heads = scan && per_head ? p->heads_q : 1;
+    for (int64_t b = 0; b < p->batch; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t i = 0; i < p->len_q; i++) {
+                int64_t limit = sdpa_key_limit(p, b, i);
+                if (limit > 0 &&
+                    (!scan || row_has_allowed_key(p, b, h, i, limit)))
+                    continue;
+                return sdpa_fail(
+                    ctx, SDPA_ERR_FULLY_MASKED_ROW,
+                    "sdpa_forward: batch %lld, head %lld%s, query row %lld "
+                    "has no allowed key (%s); set SDPA_OPT_EMPTY_ROWS to "
+                    "SDPA_EMPTY_ROWS_ZERO to get a zero row instead",
+                    (long long)b, (long long)h,
+                    heads == 1 && p->heads_q > 1 ? " (and every head)" : "",
+                    (long long)i,
+                    limit <= 0 ? "key length and causal mask exclude all"
+                               : "mask/bias forbid every key");
+            }
+    return SDPA_OK;
+}
+
+int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                  sdpa_problem *p)
+{
+    if (!ctx)
+        return SDPA_ERR_NULL_POINTER;
+    ctx->message[0] = '\0';
+    if (!args)
+        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
+                         "sdpa_forward: args is NULL");
+    if (args->struct_size < ARGS_SIZE_V1)
+        return sdpa_fail(ctx, SDPA_ERR_STRUCT_SIZE,
+                         "sdpa_forward: args->struct_size is %zu, at least "
+                         "%zu expected (set it to sizeof(sdpa_forward_args))",
+                         args->struct_size, (size_t)ARGS_SIZE_V1);
+    for (size_t i = ARGS_SIZE_V1; i < args->struct_size; i++)
+        if (((const unsigned char *)args)[i] != 0)
+            return sdpa_fail(ctx, SDPA_ERR_STRUCT_TAIL,
+                             "sdpa_forward: args->struct_size is %zu and "
+                             "byte %zu of the unknown tail is not zero",
+                             args->struct_size, i);
+    if (args->dtype != SDPA_FLOAT32 && args->dtype != SDPA_FLOAT64)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         "sdpa_forward: dtype %d is neither SDPA_FLOAT32 nor "
+                         "SDPA_FLOAT64",
+                         args->dtype);
+    if (args->flags & ~KNOWN_FLAGS)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_FLAGS,
+                         "sdpa_forward: unknown flag bits 0x%x",
+                         (unsigned)(args->flags & ~KNOWN_FLAGS));
+    if (args->causal != SDPA_CAUSAL_NONE &&
+        args->causal != SDPA_CAUSAL_TOP_LEFT &&
+        args->causal != SDPA_CAUSAL_BOTTOM_RIGHT)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_CAUSAL,
+                         "sdpa_forward: causal is %d, not an SDPA_CAUSAL_* "
+                         "value",
+                         args->causal);
+    if (!(isfinite(args->scale) && args->scale >= 0))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
+                         "sdpa_forward: scale %g must be finite and positive "
+                         "(0 selects 1/sqrt(Dk))",
+                         args->scale);
+    if (!(isfinite(args->softcap) && args->softcap >= 0))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
+                         "sdpa_forward: softcap %g must be finite and "
+                         "positive (0 turns it off)",
+                         args->softcap);
+
+    memset(p, 0, sizeof *p);
+    p->dtype = args->dtype;
+    p->elem_size = args->dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
+    p->causal = args->causal;
+    p->mask_nonzero_allows = (args->flags & SDPA_FLAG_MASK_NONZERO_ALLOWS) != 0;
+    p->empty_rows_zero =
+        ctx->options[SDPA_OPT_EMPTY_ROWS] == SDPA_EMPTY_ROWS_ZERO;
+    p->softcap = args->softcap;
+
+    const struct {
+        const char *name;
+        const sdpa_tensor *t;
+    } required[] = {{"q", &args->q}, {"k", &args->k}, {"v", &args->v},
+                    {"out", &args->out}};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!required[i].t->data)
+            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
+                             "sdpa_forward: %s.data is NULL",
+                             required[i].name);
+    if (args->q.shape[N_DIM] > 0 && args->q.shape[H_DIM] > 0 &&
+        args->k.shape[H_DIM] > 0 &&
+        args->q.shape[H_DIM] % args->k.shape[H_DIM] != 0)
+        return sdpa_fail(ctx, SDPA_ERR_HEAD_GROUPING,
+                         "sdpa_forward: q has %lld heads, not a multiple of "
+                         "the %lld heads of k",
+                         (long long)args->q.shape[H_DIM],
+                         (long long)args->k.shape[H_DIM]);
+
+    int64_t n = args->q.shape[N_DIM], hq = args->q.shape[H_DIM];
+    int64_t tq = args->q.shape[T_DIM], dk = args->q.shape[D_DIM];
+    int64_t hkv = args->k.shape[H_DIM], tk = args->k.shape[T_DIM];
+    int64_t dv = args->v.shape[D_DIM];
+    size_t es = p->elem_size;
+    /* Order matters: q first fixes N, Hq, Tq, Dk; k fixes Hkv, Tk; v Dv. */
+    tensor_rule rules[] = {
+        {"q", &args->q, &p->q, true, false, false, true, es, {n, hq, tq, dk}},
+        {"k", &args->k, &p->k, true, false, false, true, es, {n, hkv, tk, dk}},
+        {"v", &args->v, &p->v, true, false, false, true, es, {n, hkv, tk, dv}},
+        {"mask", &args->mask, &p->mask, false, false, true, false, 1,
+         {n, hq, tq, tk}},
+        {"bias", &args->bias, &p->bias, false, false, true, false, es,
+         {n, hq, tq, tk}},
+        {"out", &args->out, &p->out, true, true, false, true, es,
+         {n, hq, tq, dv}},
+        {"weights", &args->weights, &p->weights, false, true, false, true, es,
+         {n, hq, tq, tk}},
+        {"lse", &args->lse, &p->lse, false, true, false, false, es,
+         {n, hq, tq, 1}},
+    };
+    enum { RULES = sizeof rules / sizeof rules[0] };
+    byte_range ranges[RULES + 1];
+    int nranges = 0;
+    for (int i = 0; i < RULES; i++) {
+        tensor_rule *r = &rules[i];
+        if (!r->tensor->data)
+            continue;
+        /* K and V may be shared by every batch item (extent 1). */
+        if ((r->view == &p->k || r->view == &p->v) &&
+            r->tensor->shape[N_DIM] == 1)
+            r->expect[N_DIM] = 1;
+        int status = check_shape(ctx, r);
+        if (status == SDPA_OK) {
+            size_t bytes = 0;
+            status = check_strides(ctx, r, &bytes);
+            ranges[nranges++] = (byte_range){
+                r->name, (uintptr_t)r->tensor->data,
+                (uintptr_t)r->tensor->data + bytes};
+        }
+        if (status != SDPA_OK)
+            return status;
+    }
+
+    if (args->kv_lens) {
+        for (int64_t b = 0; b < n; b++)
+            if (args->kv_lens[b] < 0 || args->kv_lens[b] > tk)
+                return sdpa_fail(ctx, SDPA_ERR_BAD_KV_LEN,
+                                 "sdpa_forward: kv_lens[%lld] is %lld, "
+                                 "outside [0, Tk = %lld]",
+                                 (long long)b, (long long)args->kv_lens[b],
+                                 (long long)tk);
+        ranges[nranges++] = (byte_range){
+            "kv_lens", (uintptr_t)args->kv_lens,
+            (uintptr_t)(args->kv_lens + n)};
+    }
+
+    /* Outputs must not meet each other or any input. */
+    for (int a = 0; a < nranges; a++)
+        for (int b = a + 1; b < nranges; b++) {
+            bool a_out = !strcmp(ranges[a].name, "out") ||
+                         !strcmp(ranges[a].name, "weights") ||
+                         !strcmp(ranges[a].name, "lse");
+            bool b_out = !strcmp(ranges[b].name, "out") ||
+                         !strcmp(ranges[b].name, "weights") ||
+                         !strcmp(ranges[b].name, "lse");
+            if ((a_out || b_out) && ranges_meet(&ranges[a], &ranges[b]))
+                return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
+                                 "sdpa_forward: output %s overlaps %s %s",
+                                 b_out ? ranges[b].name : ranges[a].name,
+                                 a_out && b_out ? "output" : "input",
+                                 b_out ? ranges[a].name : ranges[b].name);
+        }
+
+    p->batch = n;
+    p->heads_q = hq;
+    p->heads_kv = hkv;
+    p->group = hq / hkv;
+    p->len_q = tq;
+    p->len_k = tk;
+    p->dim_k = dk;
+    p->dim_v = dv;
+    p->scale = args->scale != 0 ? args->scale : 1.0 / sqrt((double)dk);
+    p->kv_lens = args->kv_lens;
+
+    if (!p->empty_rows_zero)
+        return check_rows_have_keys(ctx, p);
+    return SDPA_OK;
+}
