@@ -1,5 +1,6 @@
-/* The front door: sdpa_forward and the workspace query. Each is the same
- * pipeline — validate, plan, (grow scratch, execute). */
+/* The front door: sdpa_forward and the workspace query. Both run the same
+ * pipeline — validate, plan — and sdpa_forward then grows the scratch once
+ * and executes the plan's work items. */
 #include "internal.h"
 
 static int prepare(sdpa_ctx *ctx, const sdpa_forward_args *args,
@@ -11,29 +12,47 @@ static int prepare(sdpa_ctx *ctx, const sdpa_forward_args *args,
     return sdpa_make_plan(ctx, problem, plan);
 }
 
+static int execute(sdpa_ctx *ctx, const sdpa_problem *problem,
+                   sdpa_plan *plan, sdpa_where *where)
+{
+    switch (plan->path) {
+    case SDPA_PATH_MATERIALISED:
+        return sdpa_run_items(ctx, problem, plan, plan->work_items,
+                              sdpa_materialised_item, where);
+    case SDPA_PATH_TILED:
+        return sdpa_run_items(ctx, problem, plan, plan->work_items,
+                              sdpa_tiled_item, where);
+    default: {
+        plan->shared = ctx->shared.ptr;
+        int status = sdpa_run_items(ctx, problem, plan, plan->work_items,
+                                    sdpa_decode_chunk_item, where);
+        if (status != SDPA_OK)
+            return status;
+        return sdpa_run_items(ctx, problem, plan, plan->merge_items,
+                              sdpa_decode_merge_item, where);
+    }
+    }
+}
+
 int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
 {
     sdpa_problem problem;
     sdpa_plan plan;
     int status = prepare(ctx, args, &problem, &plan);
+    if (status == SDPA_OK)
+        status = sdpa_scratch_reserve(ctx, plan.threads, plan.worker_bytes,
+                                      plan.shared_bytes);
     if (status != SDPA_OK)
         return status;
-    status = sdpa_scratch_reserve(ctx, plan.threads, plan.worker_bytes);
-    if (status != SDPA_OK)
-        return status;
-    int64_t bad_item = -1, bad_row = -1;
-    status = sdpa_run_items(ctx, &problem, &plan, sdpa_materialised_item,
-                            &bad_item, &bad_row);
-    if (status == SDPA_ERR_NONFINITE) {
-        int64_t per_batch = problem.heads_q * plan.q_blocks;
+    sdpa_where where = {-1, -1, -1};
+    status = execute(ctx, &problem, &plan, &where);
+    if (status == SDPA_ERR_NONFINITE)
         return sdpa_fail(ctx, status,
                          "sdpa_forward: batch %lld, head %lld, query row %lld "
                          "has a NaN or infinite logit (non-finite input or "
                          "overflow); the outputs hold unspecified values",
-                         (long long)(bad_item / per_batch),
-                         (long long)(bad_item % per_batch / plan.q_blocks),
-                         (long long)bad_row);
-    }
+                         (long long)where.batch, (long long)where.head,
+                         (long long)where.row);
     return status;
 }
 
@@ -50,7 +69,10 @@ int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
     int status = prepare(ctx, args, &problem, &plan);
     if (status != SDPA_OK)
         return status;
-    size_t total = 0;
+    /* What the context will hold after the call: what it holds now, grown
+     * where this call needs more. */
+    size_t total = ctx->shared.size > plan.shared_bytes ? ctx->shared.size
+                                                        : plan.shared_bytes;
     for (int i = 0; i < SDPA_MAX_THREADS; i++) {
         size_t held = ctx->scratch[i].size;
         size_t need = i < plan.threads && plan.worker_bytes > held

@@ -88,6 +88,7 @@ void sdpa_ctx_destroy(sdpa_ctx *ctx)
     sdpa_pool_destroy(ctx);
     for (int i = 0; i < SDPA_MAX_THREADS; i++)
         sdpa_free(ctx, ctx->scratch[i].ptr, ctx->scratch[i].size);
+    sdpa_free(ctx, ctx->shared.ptr, ctx->shared.size);
     sdpa_allocator allocator = ctx->allocator;
     allocator.free(allocator.opaque, ctx, sizeof *ctx);
 }
@@ -97,23 +98,28 @@ const char *sdpa_ctx_last_error(const sdpa_ctx *ctx)
     return ctx ? ctx->message : "no context (ctx is NULL)";
 }
 
-int sdpa_scratch_reserve(sdpa_ctx *ctx, int count, size_t bytes)
+static int grow(sdpa_ctx *ctx, sdpa_buffer *buf, size_t bytes)
 {
-    for (int i = 0; i < count; i++) {
-        sdpa_buffer *buf = &ctx->scratch[i];
-        if (buf->size >= bytes)
-            continue;
-        void *grown = sdpa_alloc(ctx, bytes);
-        if (!grown)
-            return sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
-                             "cannot allocate %zu bytes of scratch for "
-                             "worker %d",
-                             bytes, i);
-        sdpa_free(ctx, buf->ptr, buf->size);
-        buf->ptr = grown;
-        buf->size = bytes;
-    }
+    if (buf->size >= bytes)
+        return SDPA_OK;
+    void *grown = sdpa_alloc(ctx, bytes);
+    if (!grown)
+        return sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
+                         "sdpa_forward: cannot allocate %zu bytes of scratch",
+                         bytes);
+    sdpa_free(ctx, buf->ptr, buf->size);
+    buf->ptr = grown;
+    buf->size = bytes;
     return SDPA_OK;
+}
+
+int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
+                         size_t shared_bytes)
+{
+    int status = grow(ctx, &ctx->shared, shared_bytes);
+    for (int i = 0; status == SDPA_OK && i < workers; i++)
+        status = grow(ctx, &ctx->scratch[i], worker_bytes);
+    return status;
 }
 
 /* Inclusive range of every option's values. */

@@ -29,7 +29,8 @@ struct sdpa_ctx {
     sdpa_allocator allocator;
     int64_t options[8]; /* indexed by SDPA_OPT_*; [0] unused */
     int kernel;         /* resolved SDPA_KERNEL_* (never AUTO) */
-    sdpa_buffer scratch[SDPA_MAX_THREADS];
+    sdpa_buffer scratch[SDPA_MAX_THREADS]; /* one per worker */
+    sdpa_buffer shared;                     /* read by every worker */
     sdpa_pool *pool;
     char message[256];
 };
@@ -46,9 +47,11 @@ int sdpa_fail(sdpa_ctx *ctx, int status, const char *format, ...)
 void *sdpa_alloc(const sdpa_ctx *ctx, size_t size);
 void sdpa_free(const sdpa_ctx *ctx, void *ptr, size_t size);
 
-/* Makes every scratch buffer [0, count) at least `bytes` large, allocating
- * only what is missing; all or nothing. */
-int sdpa_scratch_reserve(sdpa_ctx *ctx, int count, size_t bytes);
+/* Makes the scratch of workers [0, workers) at least worker_bytes large and
+ * the shared buffer at least shared_bytes, allocating only what is missing
+ * (a second call with the same shape allocates nothing). */
+int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
+                         size_t shared_bytes);
 
 /* A validated tensor: base pointer and element strides, with broadcast
  * dimensions' strides set to 0. data is NULL for an absent optional tensor. */
@@ -56,6 +59,15 @@ typedef struct sdpa_view {
     char *data;
     int64_t stride[4];
 } sdpa_view;
+
+/* Address of element [n, h, t, 0] of a view of esize-byte elements. */
+static inline char *sdpa_at(const sdpa_view *view, size_t esize, int64_t n,
+                            int64_t h, int64_t t)
+{
+    int64_t offset =
+        n * view->stride[0] + h * view->stride[1] + t * view->stride[2];
+    return view->data + (size_t)offset * esize;
+}
 
 /* The row stride to hand BLAS as a leading dimension: a single-row view
  * has stride 0 after validation, and BLAS wants at least the row length. */
@@ -103,33 +115,54 @@ static inline int64_t sdpa_key_limit(const sdpa_problem *p, int64_t b,
 typedef struct sdpa_plan {
     int path;            /* resolved SDPA_PATH_* */
     int threads;         /* workers that will run */
-    int64_t block_q;     /* query rows per work item */
-    int64_t block_k;     /* key block (tiled path) */
+    int64_t block_q;     /* query rows of one head per work item */
+    int64_t block_k;     /* keys per block (tiled and decode paths) */
     int64_t q_blocks;    /* ceil(Tq / block_q) */
-    int64_t work_items;  /* batch · Hq · q_blocks */
+    int64_t chunk_len;   /* decode: keys per chunk (never depends on threads) */
+    int64_t chunks;      /* decode: ceil(Tk / chunk_len) */
+    int64_t rows;        /* most stacked query rows one item handles */
+    int64_t work_items;  /* items of the parallel phase */
+    int64_t merge_items; /* decode: items of the merge phase (N · Hkv) */
     size_t score_ld;     /* leading dimension of the score scratch */
+    /* byte offsets of the regions of one worker's scratch (tiled/decode) */
+    size_t off_q, off_s, off_o, off_m, off_l, off_a;
     size_t worker_bytes; /* scratch per worker */
+    size_t shared_bytes; /* decode: partial results of every chunk */
+    void *shared;        /* set at execution: the shared buffer */
 } sdpa_plan;
 
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem,
                    sdpa_plan *plan);
 
-/* The paths. Each runs work items [first, last) on one worker's scratch and
- * returns SDPA_OK or SDPA_ERR_NONFINITE (with *failed_item set). */
+/* Where a non-finite logit was met: batch item, query head, query row. */
+typedef struct sdpa_where {
+    int64_t batch, head, row;
+} sdpa_where;
+
+/* The paths' work items. Each computes item `item` on one worker's scratch
+ * and returns SDPA_OK or SDPA_ERR_NONFINITE (with *where filled in). */
 typedef int (*sdpa_path_fn)(const sdpa_problem *problem,
                             const sdpa_plan *plan, int kernel, void *scratch,
-                            int64_t item, int64_t *bad_row);
+                            int64_t item, sdpa_where *where);
 
 int sdpa_materialised_item(const sdpa_problem *problem, const sdpa_plan *plan,
                            int kernel, void *scratch, int64_t item,
-                           int64_t *bad_row);
+                           sdpa_where *where);
+int sdpa_tiled_item(const sdpa_problem *problem, const sdpa_plan *plan,
+                    int kernel, void *scratch, int64_t item, sdpa_where *where);
+int sdpa_decode_chunk_item(const sdpa_problem *problem, const sdpa_plan *plan,
+                           int kernel, void *scratch, int64_t item,
+                           sdpa_where *where);
+int sdpa_decode_merge_item(const sdpa_problem *problem, const sdpa_plan *plan,
+                           int kernel, void *scratch, int64_t item,
+                           sdpa_where *where);
 
 /* Runs items [0, plan->work_items) on plan->threads workers (the caller's
  * thread is worker 0). Results never depend on the thread count: every item
  * is computed the same way by whichever worker takes it. */
 int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
-                   const sdpa_plan *plan, sdpa_path_fn fn, int64_t *bad_item,
-                   int64_t *bad_row);
+                   const sdpa_plan *plan, int64_t items, sdpa_path_fn fn,
+                   sdpa_where *where);
 void sdpa_pool_destroy(sdpa_ctx *ctx);
 
 /* CPU detection (cached): does this CPU run the AVX2+FMA kernel? */

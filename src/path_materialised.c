@@ -24,13 +24,10 @@
 #undef SUF
 #undef GEMM
 
-int sdpa_materialised_item(const sdpa_problem *problem, const sdpa_plan *plan,
+int sdpa_materialised_item(const sdpa_problem *p, const sdpa_plan *plan,
                            int kernel, void *scratch, int64_t item,
-                           int64_t *bad_row)
+                           sdpa_where *where)
 {
-    return problem->dtype == SDPA_FLOAT32
-               ? materialised_item_f32(problem, plan, kernel, scratch, item,
-                                       bad_row)
-               : materialised_item_f64(problem, plan, kernel, scratch, item,
-                                       bad_row);
+    return SDPA_BY_DTYPE(p, materialised_item, p, plan, kernel, scratch, item,
+                         where);
 }

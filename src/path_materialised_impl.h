@@ -14,13 +14,6 @@
  * weights are exactly the probabilities that produced the output.
  */
 
-static inline T *NAME(elem)(const sdpa_view *view, int64_t n, int64_t h,
-                            int64_t t)
-{
-    return (T *)(void *)view->data +
-           (n * view->stride[0] + h * view->stride[1] + t * view->stride[2]);
-}
-
 /* Logit soft-cap s = c·tanh(s/c), in double for both dtypes. */
 static void NAME(softcap_rows)(T *s, int64_t rows, int64_t ld,
                                int64_t ncols, double cap)
@@ -34,7 +27,7 @@ static void NAME(softcap_rows)(T *s, int64_t rows, int64_t ld,
 
 static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
                                    int kernel, void *scratch, int64_t item,
-                                   int64_t *bad_row)
+                                   sdpa_where *where)
 {
     const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
     int64_t q_block = item % plan->q_blocks;
@@ -51,21 +44,21 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
     T *s;
     int64_t ld;
     if (want_weights) {
-        s = NAME(elem)(&p->weights, b, h, i0);
+        s = AT(&p->weights, b, h, i0);
         ld = sdpa_row_stride(&p->weights, p->len_k);
     } else {
         s = scratch;
         ld = (int64_t)plan->score_ld;
     }
     T *inv_sum = (T *)scratch + plan->block_q * (int64_t)plan->score_ld;
-    T *out = NAME(elem)(&p->out, b, h, i0);
+    T *out = AT(&p->out, b, h, i0);
     int64_t out_ld = sdpa_row_stride(&p->out, p->dim_v);
 
     if (ncols > 0) {
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)ncols,
-             (int)p->dim_k, (T)p->scale, NAME(elem)(&p->q, b, h, i0),
+             (int)p->dim_k, (T)p->scale, AT(&p->q, b, h, i0),
              (int)sdpa_row_stride(&p->q, p->dim_k),
-             NAME(elem)(&p->k, b, hk, 0), (int)sdpa_row_stride(&p->k, p->dim_k),
+             AT(&p->k, b, hk, 0), (int)sdpa_row_stride(&p->k, p->dim_k),
              (T)0, s, (int)ld);
         if (p->softcap > 0)
             NAME(softcap_rows)(s, rows, ld, ncols, p->softcap);
@@ -77,31 +70,31 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
         int64_t limit = sdpa_key_limit(p, b, i);
         if (limit < 0)
             limit = 0;
-        const T *bias = p->bias.data ? NAME(elem)(&p->bias, b, h, i) : NULL;
+        const T *bias = p->bias.data ? AT(&p->bias, b, h, i) : NULL;
         const uint8_t *mask =
-            p->mask.data ? (const uint8_t *)p->mask.data + b * p->mask.stride[0] +
-                               h * p->mask.stride[1] + i * p->mask.stride[2]
+            p->mask.data ? (const uint8_t *)sdpa_at(&p->mask, 1, b, h, i)
                          : NULL;
         T m = limit > 0 ? rk->mask_max(x, limit, bias, mask,
                                        p->mask_nonzero_allows)
                         : (T)-INFINITY;
         T sum = 0, lse = (T)-INFINITY;
         if (m != m || m == (T)INFINITY) {
-            *bad_row = i;
+            *where = (sdpa_where){b, h, i};
             return SDPA_ERR_NONFINITE;
         }
         if (m == (T)-INFINITY) {
             /* No allowed key: validation let it through only under the zero
              * convention, unless finite logits overflowed to -inf. */
             if (!p->empty_rows_zero) {
-                *bad_row = i;
+                *where = (sdpa_where){b, h, i};
                 return SDPA_ERR_NONFINITE;
             }
             limit = 0;
         } else {
             sum = rk->exp_sum(x, limit, m);
             if (!(sum >= 1) || sum == (T)INFINITY) { /* exp(m - m) = 1 */
-                *bad_row = i; /* a NaN logit beside the max, or overflow */
+                /* a NaN logit beside the max, or overflow */
+                *where = (sdpa_where){b, h, i};
                 return SDPA_ERR_NONFINITE;
             }
             lse = m + (T)log((double)sum);
@@ -118,13 +111,13 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
         else
             inv_sum[r] = want_weights ? 1 : 1 / sum;
         if (p->lse.data)
-            *NAME(elem)(&p->lse, b, h, i) = lse;
+            *AT(&p->lse, b, h, i) = lse;
     }
 
     if (ncols > 0)
         GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
              (int)p->dim_v, (int)ncols, (T)1, s, (int)ld,
-             NAME(elem)(&p->v, b, hk, 0), (int)sdpa_row_stride(&p->v, p->dim_v),
+             AT(&p->v, b, hk, 0), (int)sdpa_row_stride(&p->v, p->dim_v),
              (T)0, out, (int)out_ld);
     for (int64_t r = 0; r < rows; r++) {
         T *o = out + r * out_ld;

@@ -1,6 +1,8 @@
 /*
- * The plan: which path runs, how the work is split into items (batch ×
- * query head × block of query rows), and how much scratch each worker holds.
+ * The plan: which path runs, how the work is split into items, and how much
+ * scratch each worker holds. Nothing here depends on the thread count except
+ * how many workers run: block sizes and decode chunks come from the shape
+ * and the options only, so results are the same for every thread count.
  */
 #include "internal.h"
 
@@ -9,72 +11,147 @@
 /* Score block the materialised path aims for per worker when the caller set
  * no SDPA_OPT_SCRATCH_LIMIT: the per-core L2 of the machines we measure on
  * (512 KiB), so the block's scores stay in cache between the three passes. */
-#define DEFAULT_SCORE_BLOCK_BYTES (512u * 1024u)
+#define DEFAULT_SCORE_BLOCK_BYTES (512 * 1024)
 #define MIN_BLOCK_Q 16
 #define MAX_BLOCK_Q 256
 
-static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+/* AUTO picks the materialised path up to this many keys (its score rows
+ * still fit in L2 at block_q = MIN_BLOCK_Q), the tiled path beyond. */
+#define MATERIALISED_MAX_KEYS 4096
 
-static int64_t choose_block_q(const sdpa_ctx *ctx, const sdpa_problem *p,
-                              int64_t score_ld)
+/* Tiled path defaults (SDPA_OPT_BLOCK_Q / _K override them). */
+#define TILED_BLOCK_Q 128
+#define TILED_BLOCK_K 256
+
+/* Decode: AUTO takes it when a KV head serves at most this many query rows
+ * (group · Tq), and splits the keys into chunks of this many. */
+#define DECODE_MAX_ROWS 16
+#define DECODE_CHUNK 512
+
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int64_t materialised_block_q(const sdpa_ctx *ctx, const sdpa_problem *p,
+                                    int64_t score_ld)
 {
-    int64_t forced = ctx->options[SDPA_OPT_BLOCK_Q];
-    int64_t block;
-    if (forced > 0) {
-        block = forced;
-    } else {
+    int64_t block = ctx->options[SDPA_OPT_BLOCK_Q];
+    if (block == 0) {
         int64_t budget = ctx->options[SDPA_OPT_SCRATCH_LIMIT] > 0
                              ? ctx->options[SDPA_OPT_SCRATCH_LIMIT]
                              : DEFAULT_SCORE_BLOCK_BYTES;
         block = budget / (score_ld * (int64_t)p->elem_size);
         block = block / MIN_BLOCK_Q * MIN_BLOCK_Q;
-        if (block < MIN_BLOCK_Q)
-            block = MIN_BLOCK_Q;
-        if (block > MAX_BLOCK_Q)
-            block = MAX_BLOCK_Q;
+        block = block < MIN_BLOCK_Q ? MIN_BLOCK_Q : min64(block, MAX_BLOCK_Q);
     }
-    return block < p->len_q ? block : p->len_q;
+    return min64(block, p->len_q);
+}
+
+/* Lays out one worker's regions, 64-byte aligned, in plan->off_*; false on
+ * overflow. Sizes are in elements. */
+static bool lay_out(sdpa_plan *plan, size_t elem_size, size_t q, size_t s,
+                    size_t o, size_t rows)
+{
+    const size_t counts[6] = {q, s, o, rows, rows, rows};
+    const size_t sizes[6] = {elem_size, elem_size, elem_size,
+                             elem_size, elem_size, sizeof(int64_t)};
+    size_t *offsets[6] = {&plan->off_q, &plan->off_s, &plan->off_o,
+                          &plan->off_m, &plan->off_l, &plan->off_a};
+    size_t at = 0;
+    for (int i = 0; i < 6; i++) {
+        size_t bytes;
+        *offsets[i] = at;
+        if (!sdpa_mul_size(counts[i], sizes[i], &bytes) ||
+            !sdpa_add_size(at, bytes, &at) ||
+            !sdpa_add_size(at, SDPA_ALIGN - 1, &at))
+            return false;
+        at = at / SDPA_ALIGN * SDPA_ALIGN;
+    }
+    plan->worker_bytes = at;
+    return true;
+}
+
+static int choose_path(sdpa_ctx *ctx, const sdpa_problem *p)
+{
+    int64_t path = ctx->options[SDPA_OPT_PATH];
+    bool weights = p->weights.data != NULL;
+    if (path == SDPA_PATH_AUTO) {
+        if (weights)
+            return SDPA_PATH_MATERIALISED;
+        if (p->group * p->len_q <= DECODE_MAX_ROWS)
+            return SDPA_PATH_DECODE;
+        return p->len_k <= MATERIALISED_MAX_KEYS ? SDPA_PATH_MATERIALISED
+                                                 : SDPA_PATH_TILED;
+    }
+    if (weights && path != SDPA_PATH_MATERIALISED)
+        return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
+                         "sdpa_forward: the weights output needs the "
+                         "materialised path, but SDPA_OPT_PATH forces %s",
+                         path == SDPA_PATH_TILED ? "the tiled path"
+                                                 : "the decode path"),
+               -1;
+    return (int)path;
 }
 
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
 {
-    int64_t path = ctx->options[SDPA_OPT_PATH];
-    if (path == SDPA_PATH_AUTO)
-        path = SDPA_PATH_MATERIALISED;
-    if (path != SDPA_PATH_MATERIALISED)
-        return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
-                         "sdpa_forward: SDPA_OPT_PATH %lld is not available "
-                         "in this build",
-                         (long long)path);
-
-    /* Rows of 64-byte multiples keep every score row aligned. */
-    int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
-    int64_t score_ld = round_up(p->len_k, per_line);
-    if (score_ld > INT_MAX)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: Tk = %lld exceeds the BLAS int",
-                         (long long)p->len_k);
+    int path = choose_path(ctx, p);
+    if (path < 0)
+        return SDPA_ERR_UNSUPPORTED;
     *plan = (sdpa_plan){0};
-    plan->path = (int)path;
-    plan->block_q = choose_block_q(ctx, p, score_ld);
-    plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
-    plan->score_ld = (size_t)score_ld;
-    if (p->batch > INT64_MAX / p->heads_q ||
-        p->batch * p->heads_q > INT64_MAX / plan->q_blocks)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: N·Hq·ceil(Tq/block) overflows");
-    plan->work_items = p->batch * p->heads_q * plan->q_blocks;
-    int64_t threads = ctx->options[SDPA_OPT_NUM_THREADS];
-    plan->threads = (int)(threads < plan->work_items ? threads
-                                                     : plan->work_items);
+    plan->path = path;
+    const int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
+    const int64_t n = p->batch, dk = p->dim_k, dv = p->dim_v;
+    int64_t opt_q = ctx->options[SDPA_OPT_BLOCK_Q];
+    int64_t opt_k = ctx->options[SDPA_OPT_BLOCK_K];
+    bool ok = true;
 
-    /* Scratch per worker: the score block (unless the scores live in the
-     * caller's weights) and one 1/sum per row, aligned. */
-    size_t scores = 0, sums;
-    if (!sdpa_mul_size((size_t)plan->block_q, plan->score_ld, &scores) ||
-        !sdpa_mul_size(scores + (size_t)plan->block_q, p->elem_size, &sums))
+    switch (path) {
+    case SDPA_PATH_MATERIALISED: {
+        int64_t score_ld = round_up(p->len_k, per_line);
+        plan->block_q = materialised_block_q(ctx, p, score_ld);
+        plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
+        plan->score_ld = (size_t)score_ld;
+        plan->rows = plan->block_q;
+        plan->work_items = n * p->heads_q * plan->q_blocks;
+        /* scores (unless they live in the caller's weights), 1/sum per row */
+        ok = score_ld <= INT_MAX &&
+             lay_out(plan, p->elem_size, 0,
+                     (size_t)plan->block_q * (size_t)score_ld, 0,
+                     (size_t)plan->block_q);
+        break;
+    }
+    case SDPA_PATH_TILED:
+        plan->block_q = min64(opt_q ? opt_q : TILED_BLOCK_Q, p->len_q);
+        plan->block_k = min64(opt_k ? opt_k : TILED_BLOCK_K, p->len_k);
+        plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
+        plan->score_ld = (size_t)round_up(plan->block_k, per_line);
+        plan->rows = plan->block_q;
+        plan->work_items = n * p->heads_q * plan->q_blocks;
+        ok = lay_out(plan, p->elem_size, 0,
+                     (size_t)plan->rows * plan->score_ld,
+                     (size_t)(plan->rows * dv), (size_t)plan->rows);
+        break;
+    case SDPA_PATH_DECODE:
+    default:
+        plan->rows = p->group * p->len_q;
+        plan->chunk_len = min64(opt_k ? opt_k : DECODE_CHUNK, p->len_k);
+        plan->block_k = plan->chunk_len;
+        plan->chunks = (p->len_k + plan->chunk_len - 1) / plan->chunk_len;
+        plan->score_ld = (size_t)round_up(plan->block_k, per_line);
+        plan->work_items = n * p->heads_kv * plan->chunks;
+        plan->merge_items = n * p->heads_kv;
+        ok = lay_out(plan, p->elem_size, (size_t)(plan->rows * dk),
+                     (size_t)plan->rows * plan->score_ld,
+                     (size_t)(plan->rows * dv), (size_t)plan->rows) &&
+             sdpa_mul_size((size_t)(plan->work_items * plan->rows),
+                           (size_t)(dv + 2) * p->elem_size,
+                           &plan->shared_bytes);
+        break;
+    }
+    if (!ok)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: the scratch size overflows size_t");
-    plan->worker_bytes = sums;
+                         "sdpa_forward: the scratch size overflows");
+    int64_t threads = ctx->options[SDPA_OPT_NUM_THREADS];
+    plan->threads = (int)min64(threads, plan->work_items);
     return SDPA_OK;
 }

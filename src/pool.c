@@ -32,29 +32,29 @@ struct sdpa_pool {
     const sdpa_problem *problem;
     const sdpa_plan *plan;
     sdpa_path_fn fn;
+    int64_t items;
     atomic_llong next_item;
-    atomic_llong bad_item; /* lowest failing item, or INT64_MAX */
-    int64_t bad_row;
+    int64_t bad_item; /* lowest failing item, or INT64_MAX */
+    sdpa_where where;
     int status;
 };
 
 static void run_share(sdpa_pool *pool, int worker)
 {
-    const sdpa_plan *plan = pool->plan;
     void *scratch = pool->ctx->scratch[worker].ptr;
     for (;;) {
         int64_t item = atomic_fetch_add(&pool->next_item, 1);
-        if (item >= plan->work_items)
+        if (item >= pool->items)
             return;
-        int64_t row = -1;
-        int status = pool->fn(pool->problem, plan, pool->ctx->kernel, scratch,
-                              item, &row);
+        sdpa_where where = {-1, -1, -1};
+        int status = pool->fn(pool->problem, pool->plan, pool->ctx->kernel,
+                              scratch, item, &where);
         if (status == SDPA_OK)
             continue;
         pthread_mutex_lock(&pool->lock);
-        if (item < atomic_load(&pool->bad_item)) {
-            atomic_store(&pool->bad_item, item);
-            pool->bad_row = row;
+        if (item < pool->bad_item) {
+            pool->bad_item = item;
+            pool->where = where;
             pool->status = status;
         }
         pthread_mutex_unlock(&pool->lock);
@@ -132,17 +132,15 @@ void sdpa_pool_destroy(sdpa_ctx *ctx)
 }
 
 int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
-                   const sdpa_plan *plan, sdpa_path_fn fn, int64_t *bad_item,
-                   int64_t *bad_row)
+                   const sdpa_plan *plan, int64_t items, sdpa_path_fn fn,
+                   sdpa_where *where)
 {
-    if (plan->threads <= 1) {
-        for (int64_t item = 0; item < plan->work_items; item++) {
+    if (plan->threads <= 1 || items <= 1) {
+        for (int64_t item = 0; item < items; item++) {
             int status = fn(problem, plan, ctx->kernel, ctx->scratch[0].ptr,
-                            item, bad_row);
-            if (status != SDPA_OK) {
-                *bad_item = item;
+                            item, where);
+            if (status != SDPA_OK)
                 return status;
-            }
         }
         return SDPA_OK;
     }
@@ -155,8 +153,9 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
     pool->problem = problem;
     pool->plan = plan;
     pool->fn = fn;
+    pool->items = items;
     atomic_store(&pool->next_item, 0);
-    atomic_store(&pool->bad_item, INT64_MAX);
+    pool->bad_item = INT64_MAX;
     pool->status = SDPA_OK;
     pool->active = plan->threads;
     pool->finished = 0;
@@ -170,8 +169,7 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
     while (pool->finished < pool->active - 1)
         pthread_cond_wait(&pool->done, &pool->lock);
     status = pool->status;
-    *bad_item = atomic_load(&pool->bad_item);
-    *bad_row = pool->bad_row;
+    *where = pool->where;
     pthread_mutex_unlock(&pool->lock);
     return status;
 }

@@ -7,6 +7,9 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/validate.c
     ${CMAKE_CURRENT_LIST_DIR}/plan.c
     ${CMAKE_CURRENT_LIST_DIR}/path_materialised.c
+    ${CMAKE_CURRENT_LIST_DIR}/path_tiled.c
+    ${CMAKE_CURRENT_LIST_DIR}/path_decode.c
+    ${CMAKE_CURRENT_LIST_DIR}/online_softmax.c
     ${CMAKE_CURRENT_LIST_DIR}/pool.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_dispatch.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_portable.c

@@ -11,4 +11,10 @@
 #define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
 /* EXPC(LOWEST) → SDPA_EXP_LOWEST_f32 / _f64, the constants of vexp.h */
 #define EXPC(name) SDPA_PASTE(SDPA_EXP_##name##_, SUF)
+/* AT(&view, n, h, t) → T* to element [n, h, t, 0] of a validated view. */
+#define AT(view, n, h, t) ((T *)(void *)sdpa_at(view, sizeof(T), n, h, t))
+/* Calls fn_f32(...) or fn_f64(...) by the problem's dtype. */
+#define SDPA_BY_DTYPE(problem, fn, ...)                                        \
+    ((problem)->dtype == SDPA_FLOAT32 ? fn##_f32(__VA_ARGS__)                  \
+                                      : fn##_f64(__VA_ARGS__))
 #endif

@@ -166,13 +166,9 @@ static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
     const uint8_t *mask = NULL;
     const char *bias = NULL;
     if (p->mask.data)
-        mask = (const uint8_t *)p->mask.data + b * p->mask.stride[0] +
-               h * p->mask.stride[1] + i * p->mask.stride[2];
+        mask = (const uint8_t *)sdpa_at(&p->mask, 1, b, h, i);
     if (p->bias.data)
-        bias = p->bias.data + (size_t)(b * p->bias.stride[0] +
-                                       h * p->bias.stride[1] +
-                                       i * p->bias.stride[2]) *
-                                  p->elem_size;
+        bias = sdpa_at(&p->bias, p->elem_size, b, h, i);
     for (int64_t j = 0; j < limit; j++) {
         if (mask && (mask[j] != 0) != p->mask_nonzero_allows)
             continue;

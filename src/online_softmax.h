@@ -1,0 +1,50 @@
+/*
+ * The online softmax over key blocks (FlashAttention's Theorem 1 on a CPU):
+ * the engine of the tiled and decode paths. A row block is a set of query
+ * rows that read the same KV head — one head's block of rows (tiled), or the
+ * rows of every query head of a GQA group stacked together (decode) — and a
+ * range of keys. For each key block:
+ *
+ *   S = scale · Q Kᵀ_blk                       gemm (gemv for a single row)
+ *   m' = max(m, max_j s_j);  P = exp(S − m')   the row kernels of rows.h
+ *   ℓ  = ℓ·e^{m−m'} + Σ_j P_j
+ *   O  = O·e^{m−m'} + P V_blk                  gemm with beta = 1; the rows
+ *                                              are rescaled only when m grows
+ *
+ * leaving the unnormalised O, the running max m and the sum ℓ in the
+ * worker's scratch; out = O/ℓ and lse = m + log ℓ are written by
+ * sdpa_finish_row_*. Partial results over disjoint key ranges merge exactly:
+ * m = max m_c, ℓ = Σ ℓ_c e^{m_c−m}, O = Σ O_c e^{m_c−m}.
+ */
+#ifndef SDPA_ONLINE_SOFTMAX_H
+#define SDPA_ONLINE_SOFTMAX_H
+
+#include "internal.h"
+
+typedef struct sdpa_row_block {
+    int64_t batch, head_kv;
+    int64_t head_first, heads; /* query heads head_first .. + heads - 1 */
+    int64_t row_first, rows;   /* query rows row_first .. + rows - 1 */
+    int64_t key_begin, key_end;
+} sdpa_row_block;
+
+/* Stacked row r of a block is query head head_first + r / rows, query row
+ * row_first + r % rows. */
+
+#define SDPA_DECLARE_ONLINE(T, SUF)                                            \
+    int sdpa_online_softmax_##SUF(const sdpa_problem *p,                       \
+                                  const sdpa_plan *plan, int kernel,           \
+                                  void *scratch, const sdpa_row_block *blk,    \
+                                  sdpa_where *where);                          \
+    int sdpa_finish_row_##SUF(const sdpa_problem *p, int64_t b, int64_t h,     \
+                              int64_t i, const T *acc, T m, T l,               \
+                              sdpa_where *where);
+
+SDPA_DECLARE_ONLINE(float, f32)
+SDPA_DECLARE_ONLINE(double, f64)
+
+/* The regions of a worker's scratch (offsets from the plan). */
+#define SDPA_REGION(T, plan, scratch, name)                                    \
+    ((T *)(void *)((char *)(scratch) + (plan)->off_##name))
+
+#endif /* SDPA_ONLINE_SOFTMAX_H */

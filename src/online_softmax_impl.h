@@ -1,0 +1,179 @@
+/* The online softmax engine for one dtype (T/SUF, GEMM, GEMV); see
+ * online_softmax.h for the algorithm. */
+
+static void NAME(gather_queries)(const sdpa_problem *p,
+                                 const sdpa_row_block *blk, T *dst)
+{
+    int64_t r = 0;
+    for (int64_t hh = 0; hh < blk->heads; hh++)
+        for (int64_t i = 0; i < blk->rows; i++, r++) {
+            const T *src = AT(&p->q, blk->batch, blk->head_first + hh,
+                              blk->row_first + i);
+            for (int64_t d = 0; d < p->dim_k; d++)
+                dst[r * p->dim_k + d] = src[d];
+        }
+}
+
+/* Does the mask forbid every key of [kb, kb + bk) that any row may see? */
+static bool NAME(mask_tile_closed)(const sdpa_problem *p,
+                                   const sdpa_row_block *blk,
+                                   const int64_t *limit, int64_t kb,
+                                   int64_t bk)
+{
+    int64_t n = blk->heads * blk->rows;
+    for (int64_t r = 0; r < n; r++) {
+        int64_t h = blk->head_first + r / blk->rows;
+        int64_t i = blk->row_first + r % blk->rows;
+        int64_t end = limit[r] < kb + bk ? limit[r] : kb + bk;
+        const uint8_t *mask =
+            (const uint8_t *)sdpa_at(&p->mask, 1, blk->batch, h, i);
+        for (int64_t j = kb; j < end; j++)
+            if ((mask[j] != 0) == p->mask_nonzero_allows)
+                return false;
+    }
+    return true;
+}
+
+int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
+                              int kernel, void *scratch,
+                              const sdpa_row_block *blk, sdpa_where *where)
+{
+    const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
+    const int64_t n = blk->heads * blk->rows, dv = p->dim_v;
+    const int64_t ld = (int64_t)plan->score_ld;
+    T *s = SDPA_REGION(T, plan, scratch, s);
+    T *acc = SDPA_REGION(T, plan, scratch, o);
+    T *m = SDPA_REGION(T, plan, scratch, m);
+    T *l = SDPA_REGION(T, plan, scratch, l);
+    int64_t *limit = SDPA_REGION(int64_t, plan, scratch, a);
+
+    /* One head's rows are already a strided matrix; a stack of heads is
+     * gathered (g·Tq·Dk values, nothing next to the Tk·Dk of K). */
+    const T *q;
+    int64_t q_ld;
+    if (blk->heads == 1) {
+        q = AT(&p->q, blk->batch, blk->head_first, blk->row_first);
+        q_ld = sdpa_row_stride(&p->q, p->dim_k);
+    } else {
+        T *gathered = SDPA_REGION(T, plan, scratch, q);
+        NAME(gather_queries)(p, blk, gathered);
+        q = gathered;
+        q_ld = p->dim_k;
+    }
+
+    int64_t key_end = blk->key_begin;
+    for (int64_t r = 0; r < n; r++) {
+        int64_t lim = sdpa_key_limit(p, blk->batch,
+                                     blk->row_first + r % blk->rows);
+        limit[r] = lim < blk->key_end ? lim : blk->key_end;
+        key_end = limit[r] > key_end ? limit[r] : key_end;
+        m[r] = (T)-INFINITY;
+        l[r] = 0;
+    }
+
+    bool first = true;
+    const T *k = AT(&p->k, blk->batch, blk->head_kv, 0);
+    const T *v = AT(&p->v, blk->batch, blk->head_kv, 0);
+    const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
+    const int64_t v_ld = sdpa_row_stride(&p->v, dv);
+    for (int64_t kb = blk->key_begin; kb < key_end; kb += plan->block_k) {
+        int64_t bk = key_end - kb < plan->block_k ? key_end - kb
+                                                  : plan->block_k;
+        if (p->mask.data && NAME(mask_tile_closed)(p, blk, limit, kb, bk))
+            continue; /* nothing to see here: skip both products */
+
+        if (n == 1)
+            GEMV(CblasRowMajor, CblasNoTrans, (int)bk, (int)p->dim_k,
+                 (T)p->scale, k + kb * k_ld, (int)k_ld, q, 1, (T)0, s, 1);
+        else
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)bk,
+                 (int)p->dim_k, (T)p->scale, q, (int)q_ld, k + kb * k_ld,
+                 (int)k_ld, (T)0, s, (int)ld);
+
+        for (int64_t r = 0; r < n; r++) {
+            int64_t h = blk->head_first + r / blk->rows;
+            int64_t i = blk->row_first + r % blk->rows;
+            T *x = s + r * ld;
+            int64_t lim = limit[r] - kb;
+            lim = lim < 0 ? 0 : lim > bk ? bk : lim;
+            T block_max = (T)-INFINITY;
+            if (lim > 0) {
+                if (p->softcap > 0)
+                    for (int64_t j = 0; j < lim; j++)
+                        x[j] = (T)(p->softcap *
+                                   tanh((double)x[j] / p->softcap));
+                const T *bias = p->bias.data
+                                    ? AT(&p->bias, blk->batch, h, i) + kb
+                                    : NULL;
+                const uint8_t *mask =
+                    p->mask.data ? (const uint8_t *)sdpa_at(
+                                       &p->mask, 1, blk->batch, h, i) +
+                                       kb
+                                 : NULL;
+                block_max = rk->mask_max(x, lim, bias, mask,
+                                         p->mask_nonzero_allows);
+            }
+            if (block_max != block_max || block_max == (T)INFINITY) {
+                *where = (sdpa_where){blk->batch, h, i};
+                return SDPA_ERR_NONFINITE;
+            }
+            T m_new = block_max > m[r] ? block_max : m[r];
+            T grow = 1; /* e^{m − m'}: how much the old O and ℓ shrink */
+            if (m_new == (T)-INFINITY) {
+                lim = 0; /* nothing allowed yet: P row is 0 */
+            } else {
+                T sum = rk->exp_sum(x, lim, m_new);
+                if (!(sum >= 0) || sum == (T)INFINITY) {
+                    *where = (sdpa_where){blk->batch, h, i};
+                    return SDPA_ERR_NONFINITE;
+                }
+                if (m_new > m[r])
+                    grow = NAME(sdpa_exp_neg)(m[r] - m_new);
+                l[r] = l[r] * grow + sum;
+                m[r] = m_new;
+            }
+            for (int64_t j = lim; j < bk; j++)
+                x[j] = 0;
+            if (!first && grow != 1)
+                rk->scale(acc + r * dv, dv, grow);
+        }
+
+        if (n == 1)
+            GEMV(CblasRowMajor, CblasTrans, (int)bk, (int)dv, (T)1,
+                 v + kb * v_ld, (int)v_ld, s, 1, first ? (T)0 : (T)1, acc, 1);
+        else
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dv,
+                 (int)bk, (T)1, s, (int)ld, v + kb * v_ld, (int)v_ld,
+                 first ? (T)0 : (T)1, acc, (int)dv);
+        first = false;
+    }
+    if (first)
+        for (int64_t e = 0; e < n * dv; e++)
+            acc[e] = 0;
+    return SDPA_OK;
+}
+
+int NAME(sdpa_finish_row)(const sdpa_problem *p, int64_t b, int64_t h,
+                          int64_t i, const T *acc, T m, T l, sdpa_where *where)
+{
+    T *out = AT(&p->out, b, h, i);
+    T lse = (T)-INFINITY;
+    if (l > 0) {
+        T inv = 1 / l;
+        for (int64_t d = 0; d < p->dim_v; d++)
+            out[d] = acc[d] * inv;
+        lse = m + (T)log((double)l);
+    } else {
+        /* No allowed key: validation let it through only under the zero
+         * convention, unless finite logits overflowed to -inf. */
+        if (!p->empty_rows_zero) {
+            *where = (sdpa_where){b, h, i};
+            return SDPA_ERR_NONFINITE;
+        }
+        for (int64_t d = 0; d < p->dim_v; d++)
+            out[d] = 0;
+    }
+    if (p->lse.data)
+        *AT(&p->lse, b, h, i) = lse;
+    return SDPA_OK;
+}

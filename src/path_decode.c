@@ -1,0 +1,43 @@
+/*
+ * The decode path, for few queries per KV head (the LLM token step): the
+ * query rows of every head of a GQA group are stacked into one matrix (one
+ * row, and gemv, for MHA with Tq = 1), so K and V are read once per group.
+ * The keys are split into chunks of plan->chunk_len — a length that depends
+ * on the shape only, never on the thread count — so that even one (batch,
+ * KV head) spreads over the workers. Phase 1 runs the online softmax per
+ * (b, KV head, chunk) into a shared partial buffer; phase 2 merges each
+ * (b, KV head)'s chunks exactly, in chunk order.
+ */
+#include "online_softmax.h"
+#include "template.h"
+#include "vexp.h"
+
+#include <math.h>
+
+#define T float
+#define SUF f32
+#include "path_decode_impl.h"
+#undef T
+#undef SUF
+
+#define T double
+#define SUF f64
+#include "path_decode_impl.h"
+#undef T
+#undef SUF
+
+int sdpa_decode_chunk_item(const sdpa_problem *p, const sdpa_plan *plan,
+                           int kernel, void *scratch, int64_t item,
+                           sdpa_where *where)
+{
+    return SDPA_BY_DTYPE(p, decode_chunk_item, p, plan, kernel, scratch, item,
+                         where);
+}
+
+int sdpa_decode_merge_item(const sdpa_problem *p, const sdpa_plan *plan,
+                           int kernel, void *scratch, int64_t item,
+                           sdpa_where *where)
+{
+    return SDPA_BY_DTYPE(p, decode_merge_item, p, plan, kernel, scratch, item,
+                         where);
+}

@@ -1,0 +1,77 @@
+/* The decode path's two phases for one dtype; see path_decode.c. */
+
+/* Partial results of chunk c of (b, KV head): rows × (Dv + 2) values,
+ * O then m then ℓ per stacked row. */
+static T *NAME(partial)(const sdpa_problem *p, const sdpa_plan *plan,
+                        int64_t group_item, int64_t chunk)
+{
+    size_t per_row = (size_t)p->dim_v + 2;
+    size_t index = (size_t)(group_item * plan->chunks + chunk);
+    return (T *)plan->shared + index * (size_t)plan->rows * per_row;
+}
+
+static int NAME(decode_chunk_item)(const sdpa_problem *p,
+                                   const sdpa_plan *plan, int kernel,
+                                   void *scratch, int64_t item,
+                                   sdpa_where *where)
+{
+    int64_t chunk = item % plan->chunks;
+    int64_t group_item = item / plan->chunks; /* b · Hkv + KV head */
+    int64_t hk = group_item % p->heads_kv, b = group_item / p->heads_kv;
+    int64_t begin = chunk * plan->chunk_len;
+    int64_t end = begin + plan->chunk_len < p->len_k ? begin + plan->chunk_len
+                                                     : p->len_k;
+    sdpa_row_block blk = {b,    hk, hk * p->group, p->group, 0, p->len_q,
+                          begin, end};
+    int status =
+        NAME(sdpa_online_softmax)(p, plan, kernel, scratch, &blk, where);
+    if (status != SDPA_OK)
+        return status;
+    const T *acc = SDPA_REGION(T, plan, scratch, o);
+    const T *m = SDPA_REGION(T, plan, scratch, m);
+    const T *l = SDPA_REGION(T, plan, scratch, l);
+    T *dst = NAME(partial)(p, plan, group_item, chunk);
+    for (int64_t r = 0; r < plan->rows; r++, dst += p->dim_v + 2) {
+        for (int64_t d = 0; d < p->dim_v; d++)
+            dst[d] = acc[r * p->dim_v + d];
+        dst[p->dim_v] = m[r];
+        dst[p->dim_v + 1] = l[r];
+    }
+    return SDPA_OK;
+}
+
+/* Merges the chunks of one (b, KV head) in chunk order — the same order for
+ * every thread count — and writes the outputs. */
+static int NAME(decode_merge_item)(const sdpa_problem *p,
+                                   const sdpa_plan *plan, int kernel,
+                                   void *scratch, int64_t group_item,
+                                   sdpa_where *where)
+{
+    (void)kernel;
+    int64_t hk = group_item % p->heads_kv, b = group_item / p->heads_kv;
+    const int64_t dv = p->dim_v, stride = (dv + 2) * plan->rows;
+    T *acc = SDPA_REGION(T, plan, scratch, o);
+    for (int64_t r = 0; r < plan->rows; r++) {
+        const T *first = NAME(partial)(p, plan, group_item, 0) + r * (dv + 2);
+        T m = (T)-INFINITY, l = 0;
+        for (int64_t c = 0; c < plan->chunks; c++)
+            m = first[c * stride + dv] > m ? first[c * stride + dv] : m;
+        for (int64_t d = 0; d < dv; d++)
+            acc[d] = 0;
+        if (m != (T)-INFINITY)
+            for (int64_t c = 0; c < plan->chunks; c++) {
+                const T *part = first + c * stride;
+                if (part[dv] == (T)-INFINITY)
+                    continue; /* the chunk saw no allowed key */
+                T w = NAME(sdpa_exp_neg)(part[dv] - m);
+                l += part[dv + 1] * w;
+                for (int64_t d = 0; d < dv; d++)
+                    acc[d] += part[d] * w;
+            }
+        int64_t h = hk * p->group + r / p->len_q, i = r % p->len_q;
+        int status = NAME(sdpa_finish_row)(p, b, h, i, acc, m, l, where);
+        if (status != SDPA_OK)
+            return status;
+    }
+    return SDPA_OK;
+}

@@ -1,0 +1,27 @@
+/*
+ * The tiled path: one work item is a block of query rows of one (batch item,
+ * query head), run through the online softmax over all of its keys in
+ * blocks of plan->block_k. Scratch is O(block_q · (block_k + Dk + Dv)) per
+ * worker, independent of Tk; causal masks and kv_lens end the key loop early
+ * (blocks no row can see are never computed).
+ */
+#include "online_softmax.h"
+#include "template.h"
+
+#define T float
+#define SUF f32
+#include "path_tiled_impl.h"
+#undef T
+#undef SUF
+
+#define T double
+#define SUF f64
+#include "path_tiled_impl.h"
+#undef T
+#undef SUF
+
+int sdpa_tiled_item(const sdpa_problem *p, const sdpa_plan *plan, int kernel,
+                    void *scratch, int64_t item, sdpa_where *where)
+{
+    return SDPA_BY_DTYPE(p, tiled_item, p, plan, kernel, scratch, item, where);
+}
