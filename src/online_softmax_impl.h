@@ -71,7 +71,13 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         l[r] = 0;
     }
 
-    bool first = true;
+    for (int64_t e = 0; e < n * dv; e++)
+        acc[e] = 0;
+    /* Rows below `active` see none of the keys from kb on. For one head's
+     * rows the limits grow with the row (causal), so the rows a key block
+     * needs are a suffix: both products skip the rows above it. */
+    const bool limits_grow = blk->heads == 1;
+    int64_t active = 0;
     const T *k = AT(&p->k, blk->batch, blk->head_kv, 0);
     const T *v = AT(&p->v, blk->batch, blk->head_kv, 0);
     const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
@@ -81,16 +87,22 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                                                   : plan->block_k;
         if (p->mask.data && NAME(mask_tile_closed)(p, blk, limit, kb, bk))
             continue; /* nothing to see here: skip both products */
+        if (limits_grow)
+            while (active < n && limit[active] <= kb)
+                active++;
+        const int64_t m_rows = n - active;
+        T *s_rows = s + active * ld, *acc_rows = acc + active * dv;
 
-        if (n == 1)
+        if (m_rows == 1)
             GEMV(CblasRowMajor, CblasNoTrans, (int)bk, (int)p->dim_k,
-                 (T)p->scale, k + kb * k_ld, (int)k_ld, q, 1, (T)0, s, 1);
+                 (T)p->scale, k + kb * k_ld, (int)k_ld, q + active * q_ld, 1,
+                 (T)0, s_rows, 1);
         else
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)bk,
-                 (int)p->dim_k, (T)p->scale, q, (int)q_ld, k + kb * k_ld,
-                 (int)k_ld, (T)0, s, (int)ld);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m_rows,
+                 (int)bk, (int)p->dim_k, (T)p->scale, q + active * q_ld,
+                 (int)q_ld, k + kb * k_ld, (int)k_ld, (T)0, s_rows, (int)ld);
 
-        for (int64_t r = 0; r < n; r++) {
+        for (int64_t r = active; r < n; r++) {
             int64_t h = blk->head_first + r / blk->rows;
             int64_t i = blk->row_first + r % blk->rows;
             T *x = s + r * ld;
@@ -118,7 +130,6 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                 return SDPA_ERR_NONFINITE;
             }
             T m_new = block_max > m[r] ? block_max : m[r];
-            T grow = 1; /* e^{m − m'}: how much the old O and ℓ shrink */
             if (m_new == (T)-INFINITY) {
                 lim = 0; /* nothing allowed yet: P row is 0 */
             } else {
@@ -127,29 +138,27 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                     *where = (sdpa_where){blk->batch, h, i};
                     return SDPA_ERR_NONFINITE;
                 }
-                if (m_new > m[r])
-                    grow = NAME(sdpa_exp_neg)(m[r] - m_new);
-                l[r] = l[r] * grow + sum;
+                if (m_new > m[r]) {
+                    /* e^{m − m'}: the old O and ℓ shrink as the max grows */
+                    T shrink = NAME(sdpa_exp_neg)(m[r] - m_new);
+                    l[r] *= shrink;
+                    rk->scale(acc + r * dv, dv, shrink);
+                }
+                l[r] += sum;
                 m[r] = m_new;
             }
             for (int64_t j = lim; j < bk; j++)
                 x[j] = 0;
-            if (!first && grow != 1)
-                rk->scale(acc + r * dv, dv, grow);
         }
 
-        if (n == 1)
+        if (m_rows == 1)
             GEMV(CblasRowMajor, CblasTrans, (int)bk, (int)dv, (T)1,
-                 v + kb * v_ld, (int)v_ld, s, 1, first ? (T)0 : (T)1, acc, 1);
+                 v + kb * v_ld, (int)v_ld, s_rows, 1, (T)1, acc_rows, 1);
         else
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dv,
-                 (int)bk, (T)1, s, (int)ld, v + kb * v_ld, (int)v_ld,
-                 first ? (T)0 : (T)1, acc, (int)dv);
-        first = false;
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows,
+                 (int)dv, (int)bk, (T)1, s_rows, (int)ld, v + kb * v_ld,
+                 (int)v_ld, (T)1, acc_rows, (int)dv);
     }
-    if (first)
-        for (int64_t e = 0; e < n * dv; e++)
-            acc[e] = 0;
     return SDPA_OK;
 }
 

@@ -29,6 +29,12 @@ static T NAME(avx2_mask_max)(T *x, int64_t n, const T *bias,
                                              : _mm256_set1_epi32(-1);
     VT vmax = minus_inf, vnan = VZERO();
     int64_t j = 0;
+    if (!bias && !mask) /* nothing to apply: a read-only max */
+        for (; j + 2 * W <= n; j += 2 * W) {
+            VT v0 = VLOAD(x + j), v1 = VLOAD(x + j + W);
+            vmax = VMAX(vmax, VMAX(v0, v1));
+            vnan = VOR(vnan, VCMP_UNORD(v0, v1));
+        }
     for (; j + W <= n; j += W) {
         VT v = VLOAD(x + j);
         if (bias)

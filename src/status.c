@@ -8,8 +8,7 @@ const char *sdpa_status_string(int status)
         [SDPA_OK] = "success",
         [SDPA_ERR_NULL_POINTER] = "a required pointer is NULL",
         [SDPA_ERR_STRUCT_SIZE] = "struct_size is smaller than version 1",
-        [SDPA_ERR_STRUCT_TAIL] = "struct_size is larger than known and the "
-                                 "unknown tail is not zero",
+        [SDPA_ERR_STRUCT_TAIL] = "struct_size too large, unknown tail not 0",
         [SDPA_ERR_BAD_DTYPE] = "unknown dtype",
         [SDPA_ERR_BAD_DIM] = "a dimension is zero or negative",
         [SDPA_ERR_SHAPE_MISMATCH] = "tensor dimensions disagree",
