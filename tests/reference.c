@@ -1,0 +1,174 @@
+/*
+ * Naive long-double reference for sdpa_forward. See reference.h.
+ *
+ * Everything here follows the numbered semantics of include/sdpa.h literally,
+ * one query row at a time, with no blocking, no vectorisation and no BLAS:
+ *
+ *   s_ij = scale * <q[b,h,i,:], k[b,h/g,j,:]>     (scale 0 -> 1/sqrt(Dk))
+ *   s_ij = c * tanh(s_ij / c)                      (softcap c > 0)
+ *   s_ij += bias[b,h,i,j]                          (broadcast by extent 1)
+ *   forbidden: j >= L_b, mask != 0 (or == 0 with NONZERO_ALLOWS),
+ *              TOP_LEFT j > i, BOTTOM_RIGHT j > i + L_b - Tq, bias == -inf
+ *   p_ij = exp(s_ij - m_i) / sum_j' exp(s_ij' - m_i)   over allowed keys
+ *   out_i = sum_j p_ij v[b,h/g,j,:];  lse_i = m_i + log(sum)
+ */
+#include "reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+long double ref_get(const sdpa_tensor *t, int dtype, int64_t i0, int64_t i1,
+                    int64_t i2, int64_t i3)
+{
+    int64_t off = i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] +
+                  i3 * t->stride[3];
+    if (dtype == SDPA_FLOAT32)
+        return (long double)((const float *)t->data)[off];
+    return (long double)((const double *)t->data)[off];
+}
+
+/* Index of a possibly broadcast dimension: extent 1 means "always 0". A
+ * stride of 0 needs no special case: any index lands on the same element. */
+static int64_t bidx(const sdpa_tensor *t, int dim, int64_t i)
+{
+    return t->shape[dim] == 1 ? 0 : i;
+}
+
+static unsigned char mask_get(const sdpa_tensor *m, int64_t b, int64_t h,
+                              int64_t i, int64_t j)
+{
+    int64_t off = bidx(m, 0, b) * m->stride[0] + bidx(m, 1, h) * m->stride[1] +
+                  bidx(m, 2, i) * m->stride[2] + j * m->stride[3];
+    return ((const unsigned char *)m->data)[off];
+}
+
+void ref_free(ref_result *r)
+{
+    free(r->out);
+    free(r->weights);
+    free(r->lse);
+    free(r->allowed);
+    memset(r, 0, sizeof *r);
+}
+
+int ref_forward(const sdpa_forward_args *a, ref_result *r)
+{
+    const int dt = a->dtype;
+    const int64_t N = a->q.shape[0], Hq = a->q.shape[1], Tq = a->q.shape[2],
+                  Dk = a->q.shape[3];
+    const int64_t Hkv = a->k.shape[1], Tk = a->k.shape[2], Dv = a->v.shape[3];
+    const int64_t g = Hq / Hkv;
+    const long double scale =
+        a->scale == 0.0 ? 1.0L / sqrtl((long double)Dk) : (long double)a->scale;
+    const long double cap = (long double)a->softcap;
+    const int inverted = (a->flags & SDPA_FLAG_MASK_NONZERO_ALLOWS) != 0;
+
+    memset(r, 0, sizeof *r);
+    r->n = N;
+    r->hq = Hq;
+    r->tq = Tq;
+    r->tk = Tk;
+    r->dv = Dv;
+    r->empty_b = r->empty_h = r->empty_i = -1;
+    size_t rows = (size_t)(N * Hq * Tq);
+    r->out = calloc(rows * (size_t)Dv, sizeof(long double));
+    r->weights = calloc(rows * (size_t)Tk, sizeof(long double));
+    r->lse = calloc(rows, sizeof(long double));
+    r->allowed = calloc(rows * (size_t)Tk, 1);
+    long double *s = calloc((size_t)Tk, sizeof(long double));
+    if (!r->out || !r->weights || !r->lse || !r->allowed || !s) {
+        free(s);
+        ref_free(r);
+        return -1;
+    }
+
+    for (int64_t b = 0; b < N; ++b) {
+        const int64_t L = a->kv_lens ? a->kv_lens[b] : Tk;
+        for (int64_t h = 0; h < Hq; ++h) {
+            const int64_t hk = h / g;
+            for (int64_t i = 0; i < Tq; ++i) {
+                const size_t row = (size_t)((b * Hq + h) * Tq + i);
+                unsigned char *ok = r->allowed + row * (size_t)Tk;
+                long double m = -INFINITY;
+                int any = 0;
+                for (int64_t j = 0; j < Tk; ++j) {
+                    int allowed = 1;
+                    if (j >= L)
+                        allowed = 0;
+                    if (a->mask.data) {
+                        unsigned char mv = mask_get(&a->mask, b, h, i, j);
+                        if (inverted ? mv == 0 : mv != 0)
+                            allowed = 0;
+                    }
+                    if (a->causal == SDPA_CAUSAL_TOP_LEFT && j > i)
+                        allowed = 0;
+                    if (a->causal == SDPA_CAUSAL_BOTTOM_RIGHT &&
+                        j > i + (L - Tq))
+                        allowed = 0;
+                    long double bv = 0.0L;
+                    if (a->bias.data) {
+                        bv = ref_get(&a->bias, dt, bidx(&a->bias, 0, b),
+                                     bidx(&a->bias, 1, h),
+                                     bidx(&a->bias, 2, i), j);
+                        if (isinf(bv) && bv < 0)
+                            allowed = 0;
+                    }
+                    ok[j] = (unsigned char)allowed;
+                    if (!allowed)
+                        continue; /* K row j is never read (rule 5) */
+                    long double dot = 0.0L, absdot = 0.0L;
+                    for (int64_t c = 0; c < Dk; ++c) {
+                        long double t = ref_get(&a->q, dt, b, h, i, c) *
+                                        ref_get(&a->k, dt, b, hk, j, c);
+                        dot += t;
+                        absdot += fabsl(t);
+                    }
+                    long double x = scale * dot;
+                    if (cap > 0.0L)
+                        x = cap * tanhl(x / cap);
+                    x += bv;
+                    s[j] = x;
+                    long double bound = scale * absdot + fabsl(bv);
+                    if (bound > r->logit_absmax)
+                        r->logit_absmax = bound;
+                    if (!any || x > m)
+                        m = x;
+                    any = 1;
+                }
+                long double *w = r->weights + row * (size_t)Tk;
+                long double *o = r->out + row * (size_t)Dv;
+                if (!any) {
+                    /* ZERO policy: out 0, weights 0 (calloc), lse -inf. */
+                    r->lse[row] = -INFINITY;
+                    if (!r->any_empty) {
+                        r->any_empty = 1;
+                        r->empty_b = b;
+                        r->empty_h = h;
+                        r->empty_i = i;
+                    }
+                    continue;
+                }
+                long double sum = 0.0L;
+                for (int64_t j = 0; j < Tk; ++j)
+                    if (ok[j])
+                        sum += expl(s[j] - m);
+                for (int64_t j = 0; j < Tk; ++j) {
+                    if (!ok[j])
+                        continue;
+                    long double p = expl(s[j] - m) / sum;
+                    w[j] = p;
+                    for (int64_t c = 0; c < Dv; ++c) {
+                        long double vv = ref_get(&a->v, dt, b, hk, j, c);
+                        if (fabsl(vv) > r->v_absmax)
+                            r->v_absmax = fabsl(vv);
+                        o[c] += p * vv;
+                    }
+                }
+                r->lse[row] = m + logl(sum);
+            }
+        }
+    }
+    free(s);
+    return 0;
+}

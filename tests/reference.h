@@ -1,0 +1,50 @@
+/*
+ * A naive reference for sdpa_forward, in long double.
+ *
+ * It shares no code with the library: it only uses the public header for the
+ * argument struct, and is written straight from the semantics stated in
+ * include/sdpa.h (logit, softcap, bias, the five "forbidden" rules,
+ * broadcasting, GQA, kv_lens, the empty-row policy). It does NOT validate its
+ * arguments: call it only with arguments the library accepts.
+ */
+#ifndef SDPA_TEST_REFERENCE_H
+#define SDPA_TEST_REFERENCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdpa.h"
+
+typedef struct ref_result {
+    int64_t n, hq, tq, tk, dv;
+    /* Contiguous [N, Hq, Tq, Dv], [N, Hq, Tq, Tk], [N, Hq, Tq]. */
+    long double *out;
+    long double *weights;
+    long double *lse;
+    /* [N, Hq, Tq, Tk]: 1 when key j is allowed for the row, 0 when forbidden. */
+    unsigned char *allowed;
+    /* Largest |logit| bound over allowed entries: scale * sum_r |q_r k_r|
+     * (before softcap) plus |bias|; used to derive rounding tolerances. */
+    long double logit_absmax;
+    /* Largest |v| over the V rows that are read. */
+    long double v_absmax;
+    /* Whether some row had no allowed key, and the first such row. */
+    int any_empty;
+    int64_t empty_b, empty_h, empty_i;
+} ref_result;
+
+/* Compute the reference for `a`. Rows without an allowed key are filled as
+ * the ZERO policy defines them (out 0, weights 0, lse -inf) and reported in
+ * any_empty / empty_*: under the default ERROR policy the library must fail
+ * with SDPA_ERR_FULLY_MASKED_ROW instead. Returns 0 on success, -1 on
+ * allocation failure. */
+int ref_forward(const sdpa_forward_args *a, ref_result *r);
+
+void ref_free(ref_result *r);
+
+/* Read element (i0, i1, i2, i3) of a strided float/double tensor as long
+ * double. Broadcast dims (extent 1) must be mapped by the caller. */
+long double ref_get(const sdpa_tensor *t, int dtype, int64_t i0, int64_t i1,
+                    int64_t i2, int64_t i3);
+
+#endif

@@ -1,0 +1,962 @@
+/*
+ * Bad input: one test per status code of sdpa.h, each with many variants.
+ *
+ * Every failing sdpa_forward call runs with out / weights / lse (and a spare
+ * arena used for aliasing cases) pre-filled with a sentinel byte pattern
+ * that must survive byte for byte -- except after SDPA_ERR_NONFINITE, whose
+ * outputs the header documents as unspecified -- with the inputs unchanged,
+ * with sdpa_ctx_last_error() non-empty and naming the culprit (checked
+ * loosely with strstr), and, for errors found by validation, with
+ * sdpa_forward_workspace() giving the same status for the same arguments.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sdpa.h"
+#include "testutil.h"
+
+static int g_float = SDPA_FLOAT32;
+static int g_double = SDPA_FLOAT64;
+
+/* Baseline: N=2, Hq=4, Hkv=2, Tq=3, Tk=5, Dk=4, Dv=6, mask, bias,
+ * kv_lens {5, 3}, weights, lse: a valid call. */
+enum { N_ = 2, HQ = 4, HKV = 2, TQ = 3, TK = 5, DK = 4, DV = 6 };
+
+typedef struct fx {
+    int dtype;
+    sdpa_ctx *ctx;
+    tbuf q, k, v, mask, bias, out, w, lse;
+    unsigned char *in_copy[5]; /* q, k, v, mask, bias */
+    int64_t kv_lens[N_];
+    sdpa_forward_args base, a;
+    /* Spare memory for overlap cases: big enough for any tensor above. */
+    void *arena;
+    size_t arena_bytes;
+} fx;
+
+static tbuf *inputs(fx *f, int i)
+{
+    tbuf *t[5] = {&f->q, &f->k, &f->v, &f->mask, &f->bias};
+    return t[i];
+}
+
+static int fx_setup(void **state)
+{
+    int dtype = *(int *)*state;
+    fx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->dtype = dtype;
+    assert_int_equal(sdpa_ctx_create(&f->ctx), SDPA_OK);
+    rng r = {42};
+    tbuf_make(&f->q, dtype, N_, HQ, TQ, DK, LAYOUT_BHTD, 0);
+    tbuf_make(&f->k, dtype, N_, HKV, TK, DK, LAYOUT_BHTD, 0);
+    tbuf_make(&f->v, dtype, N_, HKV, TK, DV, LAYOUT_BHTD, 0);
+    tbuf_make(&f->mask, ELEM_U8, N_, HQ, TQ, TK, LAYOUT_BHTD, 0);
+    tbuf_make(&f->bias, dtype, 1, HQ, TQ, TK, LAYOUT_BHTD, 0);
+    tbuf_make(&f->out, dtype, N_, HQ, TQ, DV, LAYOUT_BHTD, 0);
+    tbuf_make(&f->w, dtype, N_, HQ, TQ, TK, LAYOUT_BHTD, 0);
+    tbuf_make(&f->lse, dtype, N_, HQ, TQ, 1, LAYOUT_BHTD, 0);
+    tbuf_fill_random(&f->q, &r, 1.0);
+    tbuf_fill_random(&f->k, &r, 1.0);
+    tbuf_fill_random(&f->v, &r, 1.0);
+    tbuf_fill_random(&f->bias, &r, 1.0);
+    memset(f->mask.mem, 0, f->mask.elems);
+    tset(&f->mask, 0, 1, 2, 3, 1); /* a few forbidden keys */
+    tset(&f->mask, 1, 0, 0, 0, 7);
+    for (int i = 0; i < 5; ++i) {
+        tbuf *t = inputs(f, i);
+        f->in_copy[i] = malloc(t->elems * t->esize);
+        assert_non_null(f->in_copy[i]);
+        memcpy(f->in_copy[i], t->mem, t->elems * t->esize);
+    }
+    f->kv_lens[0] = TK;
+    f->kv_lens[1] = 3;
+    f->arena_bytes = 1 << 16;
+    f->arena = calloc(1, f->arena_bytes);
+    assert_non_null(f->arena);
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dtype;
+    a.q = f->q.t;
+    a.k = f->k.t;
+    a.v = f->v.t;
+    a.mask = f->mask.t;
+    a.bias = f->bias.t;
+    a.out = f->out.t;
+    a.weights = f->w.t;
+    a.lse = f->lse.t;
+    a.kv_lens = f->kv_lens;
+    f->base = a;
+    f->a = a;
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    fx *f = *state;
+    sdpa_ctx_destroy(f->ctx);
+    tbuf_free(&f->q);
+    tbuf_free(&f->k);
+    tbuf_free(&f->v);
+    tbuf_free(&f->mask);
+    tbuf_free(&f->bias);
+    tbuf_free(&f->out);
+    tbuf_free(&f->w);
+    tbuf_free(&f->lse);
+    for (int i = 0; i < 5; ++i)
+        free(f->in_copy[i]);
+    free(f->arena);
+    free(f);
+    return 0;
+}
+
+/* Back to the valid baseline (arguments and the context's options). */
+static void fx_reset(fx *f)
+{
+    f->a = f->base;
+    f->kv_lens[0] = TK;
+    f->kv_lens[1] = 3;
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_EMPTY_ROWS,
+                                      SDPA_EMPTY_ROWS_ERROR),
+                     SDPA_OK);
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, SDPA_PATH_AUTO),
+                     SDPA_OK);
+}
+
+/* The baseline with only q, k, v, out (no optional tensor). */
+static void fx_minimal(fx *f)
+{
+    fx_reset(f);
+    memset(&f->a.mask, 0, sizeof f->a.mask);
+    memset(&f->a.bias, 0, sizeof f->a.bias);
+    memset(&f->a.weights, 0, sizeof f->a.weights);
+    memset(&f->a.lse, 0, sizeof f->a.lse);
+    f->a.kv_lens = NULL;
+}
+
+static void fill_outputs(fx *f)
+{
+    fill_sentinel(f->out.mem, f->out.elems * f->out.esize);
+    fill_sentinel(f->w.mem, f->w.elems * f->w.esize);
+    fill_sentinel(f->lse.mem, f->lse.elems * f->lse.esize);
+    fill_sentinel(f->arena, f->arena_bytes);
+}
+
+static void check_untouched(fx *f, const char *what)
+{
+    long e[4] = {first_non_sentinel(f->out.mem, f->out.elems * f->out.esize),
+                 first_non_sentinel(f->w.mem, f->w.elems * f->w.esize),
+                 first_non_sentinel(f->lse.mem, f->lse.elems * f->lse.esize),
+                 first_non_sentinel(f->arena, f->arena_bytes)};
+    if (e[0] >= 0 || e[1] >= 0 || e[2] >= 0 || e[3] >= 0)
+        print_error("%s: output written (first changed byte: out %ld, weights "
+                    "%ld, lse %ld, arena %ld)\n",
+                    what, e[0], e[1], e[2], e[3]);
+    assert_true(e[0] < 0 && e[1] < 0 && e[2] < 0 && e[3] < 0);
+    for (int i = 0; i < 5; ++i) {
+        tbuf *t = inputs(f, i);
+        assert_memory_equal(f->in_copy[i], t->mem, t->elems * t->esize);
+    }
+}
+
+/* The message is non-empty and contains one of the needles (NULL-ended). */
+static void check_message_any(const char *msg, const char *what,
+                              const char *const *needles)
+{
+    assert_non_null(msg);
+    if (strlen(msg) == 0)
+        print_error("%s: empty last_error\n", what);
+    assert_true(strlen(msg) > 0);
+    if (!needles || !needles[0])
+        return;
+    for (int i = 0; needles[i]; ++i)
+        if (strstr(msg, needles[i]))
+            return;
+    print_error("%s: last_error \"%s\" does not name \"%s\"\n", what, msg,
+                needles[0]);
+    fail();
+}
+
+#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Run f->a, expect `status`, untouched outputs and a message naming one of
+ * the needles; the workspace query must agree. */
+static void expect_status(fx *f, int status, const char *what,
+                          const char *const *needles)
+{
+    fill_outputs(f);
+    int st = sdpa_forward(f->ctx, &f->a);
+    if (st != status)
+        print_error("%s: got %d (%s: %s), want %d (%s)\n", what, st,
+                    sdpa_status_string(st), sdpa_ctx_last_error(f->ctx),
+                    status, sdpa_status_string(status));
+    assert_int_equal(st, status);
+    if (status == SDPA_OK) {
+        assert_string_equal(sdpa_ctx_last_error(f->ctx), "");
+        return;
+    }
+    check_message_any(sdpa_ctx_last_error(f->ctx), what, needles);
+    if (status != SDPA_ERR_NONFINITE)
+        check_untouched(f, what);
+    if (status != SDPA_ERR_NONFINITE && status != SDPA_ERR_OUT_OF_MEMORY) {
+        size_t bytes = 0;
+        fill_outputs(f);
+        int ws = sdpa_forward_workspace(f->ctx, &f->a, &bytes);
+        if (ws != status)
+            print_error("%s: workspace gave %d (%s), forward %d\n", what, ws,
+                        sdpa_ctx_last_error(f->ctx), status);
+        assert_int_equal(ws, status);
+        check_untouched(f, what);
+    }
+}
+
+#define CASE(status, needles, ...)                                             \
+    do {                                                                       \
+        fx_reset(f);                                                           \
+        {__VA_ARGS__;}                                                         \
+        expect_status(f, status, #__VA_ARGS__, needles);                       \
+    } while (0)
+
+#define CASE_MIN(status, needles, ...)                                         \
+    do {                                                                       \
+        fx_minimal(f);                                                         \
+        {__VA_ARGS__;}                                                         \
+        expect_status(f, status, #__VA_ARGS__, needles);                       \
+    } while (0)
+
+/* ------------------------------------------------------------------------ */
+
+static void test_baseline_ok(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_OK, NULL, (void)0);
+    CASE_MIN(SDPA_OK, NULL, (void)0);
+    /* After an error, a successful call clears the message. */
+    CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = -1.0);
+    CASE(SDPA_OK, NULL, (void)0);
+}
+
+static void test_null_pointer(void **state)
+{
+    fx *f = *state;
+    fx_reset(f);
+    fill_outputs(f);
+    assert_int_equal(sdpa_forward(NULL, &f->a), SDPA_ERR_NULL_POINTER);
+    check_untouched(f, "sdpa_forward(NULL, args)");
+    const char *m = sdpa_ctx_last_error(NULL);
+    assert_non_null(m);
+    assert_true(strlen(m) > 0);
+    assert_int_equal(sdpa_forward(f->ctx, NULL), SDPA_ERR_NULL_POINTER);
+    check_message_any(sdpa_ctx_last_error(f->ctx), "args NULL",
+                      NEEDLES("args", "NULL", "null"));
+    CASE(SDPA_ERR_NULL_POINTER, NEEDLES("q"), f->a.q.data = NULL);
+    CASE(SDPA_ERR_NULL_POINTER, NEEDLES("k"), f->a.k.data = NULL);
+    CASE(SDPA_ERR_NULL_POINTER, NEEDLES("v"), f->a.v.data = NULL);
+    CASE(SDPA_ERR_NULL_POINTER, NEEDLES("out"), f->a.out.data = NULL);
+    CASE_MIN(SDPA_ERR_NULL_POINTER, NEEDLES("out"), f->a.out.data = NULL);
+
+    size_t bytes = 7;
+    fx_reset(f);
+    assert_int_equal(sdpa_forward_workspace(f->ctx, &f->a, NULL),
+                     SDPA_ERR_NULL_POINTER);
+    assert_int_equal(sdpa_forward_workspace(NULL, &f->a, &bytes),
+                     SDPA_ERR_NULL_POINTER);
+    assert_int_equal(sdpa_forward_workspace(f->ctx, NULL, &bytes),
+                     SDPA_ERR_NULL_POINTER);
+    assert_int_equal(bytes, 7);
+
+    assert_int_equal(sdpa_ctx_create(NULL), SDPA_ERR_NULL_POINTER);
+    counting_alloc ca;
+    memset(&ca, 0, sizeof ca);
+    ca.fail_after = -1;
+    sdpa_allocator al = ca_allocator(&ca);
+    assert_int_equal(sdpa_ctx_create_with_allocator(NULL, &al),
+                     SDPA_ERR_NULL_POINTER);
+    sdpa_ctx *c = (sdpa_ctx *)&ca; /* must be reset to NULL */
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, NULL),
+                     SDPA_ERR_NULL_POINTER);
+    assert_null(c);
+    al.alloc = NULL;
+    c = (sdpa_ctx *)&ca;
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
+                     SDPA_ERR_NULL_POINTER);
+    assert_null(c);
+    al = ca_allocator(&ca);
+    al.free = NULL;
+    c = (sdpa_ctx *)&ca;
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
+                     SDPA_ERR_NULL_POINTER);
+    assert_null(c);
+    assert_int_equal(ca.allocs, 0);
+
+    int64_t v = 99;
+    assert_int_equal(sdpa_ctx_set_int(NULL, SDPA_OPT_NUM_THREADS, 1),
+                     SDPA_ERR_NULL_POINTER);
+    assert_int_equal(sdpa_ctx_get_int(NULL, SDPA_OPT_NUM_THREADS, &v),
+                     SDPA_ERR_NULL_POINTER);
+    assert_int_equal(v, 99);
+    assert_int_equal(sdpa_ctx_get_int(f->ctx, SDPA_OPT_NUM_THREADS, NULL),
+                     SDPA_ERR_NULL_POINTER);
+    sdpa_ctx_destroy(NULL); /* accepted */
+}
+
+static void test_struct_size(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_STRUCT_SIZE, NEEDLES("struct_size", "size"),
+         f->a.struct_size = 0);
+    CASE(SDPA_ERR_STRUCT_SIZE, NEEDLES("struct_size", "size"),
+         f->a.struct_size = sizeof(sdpa_forward_args) - 8);
+    CASE(SDPA_ERR_STRUCT_SIZE, NEEDLES("struct_size", "size"),
+         f->a.struct_size = 1);
+
+    counting_alloc ca;
+    memset(&ca, 0, sizeof ca);
+    ca.fail_after = -1;
+    sdpa_allocator al = ca_allocator(&ca);
+    al.struct_size = 0;
+    sdpa_ctx *c = (sdpa_ctx *)&ca;
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
+                     SDPA_ERR_STRUCT_SIZE);
+    assert_null(c);
+    assert_int_equal(ca.allocs, 0);
+}
+
+/* A newer caller's larger struct: accepted only when the tail is zero. */
+typedef struct args_v2 {
+    sdpa_forward_args a;
+    unsigned char tail[24];
+} args_v2;
+
+static void test_struct_tail(void **state)
+{
+    fx *f = *state;
+    for (int pos = 0; pos < 24; pos += 23) {
+        fx_reset(f);
+        args_v2 big;
+        memset(&big, 0, sizeof big);
+        big.a = f->base;
+        big.a.struct_size = sizeof(sdpa_forward_args) + 24;
+        big.tail[pos] = 1;
+        fill_outputs(f);
+        assert_int_equal(sdpa_forward(f->ctx, &big.a), SDPA_ERR_STRUCT_TAIL);
+        check_message_any(sdpa_ctx_last_error(f->ctx), "tail",
+                          NEEDLES("struct_size", "tail", "size"));
+        check_untouched(f, "nonzero tail");
+        size_t bytes = 0;
+        assert_int_equal(sdpa_forward_workspace(f->ctx, &big.a, &bytes),
+                         SDPA_ERR_STRUCT_TAIL);
+        /* The same, zero tail: OK. */
+        big.tail[pos] = 0;
+        assert_int_equal(sdpa_forward(f->ctx, &big.a), SDPA_OK);
+        assert_string_equal(sdpa_ctx_last_error(f->ctx), "");
+    }
+    /* An allocator struct with a nonzero tail. */
+    struct {
+        sdpa_allocator a;
+        unsigned char tail[8];
+    } al;
+    counting_alloc ca;
+    memset(&ca, 0, sizeof ca);
+    ca.fail_after = -1;
+    memset(&al, 0, sizeof al);
+    al.a = ca_allocator(&ca);
+    al.a.struct_size = sizeof(sdpa_allocator) + 8;
+    al.tail[3] = 9;
+    sdpa_ctx *c = (sdpa_ctx *)&ca;
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al.a),
+                     SDPA_ERR_STRUCT_TAIL);
+    assert_null(c);
+    al.tail[3] = 0;
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al.a), SDPA_OK);
+    assert_non_null(c);
+    sdpa_ctx_destroy(c);
+    assert_int_equal(ca.allocs, ca.frees);
+}
+
+static void test_bad_dtype(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = 0);
+    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = 3);
+    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = -1);
+}
+
+static void test_bad_dim(void **state)
+{
+    fx *f = *state;
+    /* Consistent non-positive extents (so no mismatch is involved). */
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Tq", "q", "out", "dim"),
+             f->a.q.shape[2] = 0; f->a.out.shape[2] = 0);
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Dk", "q", "k", "dim"),
+             f->a.q.shape[3] = 0; f->a.k.shape[3] = 0);
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Tk", "k", "v", "dim"),
+             f->a.k.shape[2] = 0; f->a.v.shape[2] = 0);
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Dv", "v", "out", "dim"),
+             f->a.v.shape[3] = 0; f->a.out.shape[3] = 0);
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Hq", "q", "out", "dim", "head"),
+             f->a.q.shape[1] = -4; f->a.out.shape[1] = -4);
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Hkv", "k", "v", "dim", "head"),
+             f->a.k.shape[1] = 0; f->a.v.shape[1] = 0);
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("N", "q", "k", "v", "out", "dim", "batch"),
+             f->a.q.shape[0] = -1; f->a.k.shape[0] = -1; f->a.v.shape[0] = -1;
+             f->a.out.shape[0] = -1);
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("N", "q", "k", "v", "out", "dim", "batch"),
+             f->a.q.shape[0] = 0; f->a.k.shape[0] = 0; f->a.v.shape[0] = 0;
+             f->a.out.shape[0] = 0);
+    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Dk", "dim", "q", "k"),
+             f->a.q.shape[3] = INT64_MIN; f->a.k.shape[3] = INT64_MIN);
+}
+
+static void test_shape_mismatch(void **state)
+{
+    fx *f = *state;
+    /* Every case keeps strides valid (a smaller extent), so that only the
+     * disagreement between tensors is wrong. */
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("k", "q"), f->a.k.shape[3] = DK - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("q", "k"), f->a.q.shape[3] = DK - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("v", "k"), f->a.v.shape[2] = TK - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("v", "k"), f->a.v.shape[1] = 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("out"), f->a.out.shape[3] = DV - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("out"), f->a.out.shape[2] = TQ - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("out"), f->a.out.shape[1] = HQ - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("out"), f->a.out.shape[0] = 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("mask"), f->a.mask.shape[3] = TK - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("mask"), f->a.mask.shape[1] = 3);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("mask"), f->a.mask.shape[2] = 2);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("bias"), f->a.bias.shape[1] = 2);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("bias"), f->a.bias.shape[3] = TK - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("weights"),
+         f->a.weights.shape[3] = TK - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("weights"),
+         f->a.weights.shape[2] = TQ - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("weights"),
+         f->a.weights.shape[0] = 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("lse"), f->a.lse.shape[2] = TQ - 1);
+    CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("lse"), f->a.lse.shape[1] = 1);
+    /* N disagrees: q and out say 1, k and v say 2 (no stride 0). */
+    CASE_MIN(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("q", "k", "v", "out", "N", "batch"),
+             f->a.q.shape[0] = 1; f->a.out.shape[0] = 1);
+}
+
+static void test_bad_stride(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("q"), f->a.q.stride[3] = 2);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("k"), f->a.k.stride[3] = 0);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("v"), f->a.v.stride[3] = -1);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("q"), f->a.q.stride[0] = -1);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("v"), f->a.v.stride[1] = -DV);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("k"), f->a.k.stride[2] = -DK);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("q"), f->a.q.stride[2] = DK - 1);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("v"), f->a.v.stride[2] = DV - 1);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("out"), f->a.out.stride[2] = DV - 1);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("out"), f->a.out.stride[3] = 2);
+    /* Outputs that overlap themselves. */
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("out"), f->a.out.stride[1] = 0);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("out"), f->a.out.stride[0] = 0);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("weights"), f->a.weights.stride[2] = 0);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("weights"),
+         f->a.weights.stride[2] = TK - 1);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("lse"), f->a.lse.stride[2] = 0);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("lse"), f->a.lse.stride[1] = -1);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("mask"), f->a.mask.stride[3] = 2);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("mask"), f->a.mask.stride[0] = -1);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("bias"), f->a.bias.stride[3] = 0);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("bias"), f->a.bias.stride[2] = -TK);
+    /* The one stride that is ignored: lse's innermost. */
+    CASE(SDPA_OK, NULL, f->a.lse.stride[3] = 12345);
+}
+
+static void test_overlap(void **state)
+{
+    fx *f = *state;
+    const size_t es = f->q.esize;
+    char *ar = f->arena;
+    /* q lives in the arena; out starts inside it. */
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("out"),
+         memcpy(ar, f->q.mem, f->q.elems * es); f->a.q.data = ar;
+         f->a.out.data = ar + 10 * es);
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("out"),
+         memcpy(ar, f->q.mem, f->q.elems * es); f->a.q.data = ar;
+         f->a.out.data = ar);
+    /* out overlapping k, v, bias, mask. */
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("out"),
+         memcpy(ar, f->k.mem, f->k.elems * es); f->a.k.data = ar;
+         f->a.out.data = ar + 3 * es);
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("out"),
+         memcpy(ar + 64 * es, f->v.mem, f->v.elems * es);
+         f->a.v.data = ar + 64 * es; f->a.out.data = ar);
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("out", "bias"),
+         memcpy(ar, f->bias.mem, f->bias.elems * es); f->a.bias.data = ar;
+         f->a.out.data = ar + es);
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("out", "mask"),
+         memcpy(ar + 8, f->mask.mem, f->mask.elems); f->a.mask.data = ar + 8;
+         f->a.out.data = ar);
+    /* Outputs overlapping each other. */
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("weights"),
+         f->a.weights.data = (char *)f->out.mem + 5 * es);
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("lse"),
+         f->a.lse.data = (char *)f->w.mem + 7 * es);
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("lse"), f->a.lse.data = f->out.mem);
+    CASE(SDPA_ERR_OVERLAP, NEEDLES("weights", "q"),
+         memcpy(ar, f->q.mem, f->q.elems * es); f->a.q.data = ar;
+         f->a.weights.data = ar + es);
+    /* Control: disjoint outputs in one buffer are fine. */
+    fx_reset(f);
+    f->a.out.data = ar;
+    f->a.weights.data = ar + (size_t)(N_ * HQ * TQ * DV) * es;
+    f->a.lse.data = ar + (size_t)(N_ * HQ * TQ * (DV + TK)) * es;
+    assert_int_equal(sdpa_forward(f->ctx, &f->a), SDPA_OK);
+}
+
+static void test_overflow(void **state)
+{
+    fx *f = *state;
+    const int64_t BIG = (int64_t)1 << 40;
+    /* Element spans that overflow int64 / size_t: tiny buffers, huge views;
+     * the call must fail before touching memory. */
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("q", "overflow"),
+             f->a.q.stride[0] = INT64_MAX / 2);
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("q", "overflow"),
+             f->a.q.stride[1] = INT64_MAX / 2);
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("k", "overflow"),
+             f->a.k.stride[0] = INT64_MAX);
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("out", "overflow"),
+             f->a.out.stride[0] = INT64_MAX / 2);
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("v", "overflow"),
+             f->a.v.stride[1] = (int64_t)1 << 62);
+    /* Tq = Tk = 2^40 rows of Dk = 2^40: spans overflow. */
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("q", "overflow", "Tq"),
+             f->a.q.shape[2] = BIG; f->a.out.shape[2] = BIG;
+             f->a.q.shape[3] = BIG; f->a.k.shape[3] = BIG;
+             f->a.q.stride[2] = BIG; f->a.q.stride[1] = (int64_t)1 << 62;
+             f->a.q.stride[0] = (int64_t)1 << 62; f->a.k.stride[2] = BIG;
+             f->a.k.stride[1] = BIG * 8; f->a.k.stride[0] = BIG * 16);
+    /* Extents that fit size_t but not the BLAS int: Dk = 2^40 (gemm K and
+     * leading dimensions), a row stride of 2^31, Tq = 2^40 (gemm M). */
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("Dk", "q", "k", "overflow", "int"),
+             f->a.q.shape[3] = BIG; f->a.k.shape[3] = BIG;
+             f->a.q.stride[2] = BIG; f->a.q.stride[1] = BIG * 4;
+             f->a.q.stride[0] = BIG * 16; f->a.k.stride[2] = BIG;
+             f->a.k.stride[1] = BIG * 8; f->a.k.stride[0] = BIG * 16);
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("q", "stride", "overflow", "int"),
+             f->a.q.stride[2] = (int64_t)1 << 31;
+             f->a.q.stride[1] = ((int64_t)1 << 31) * 4;
+             f->a.q.stride[0] = ((int64_t)1 << 31) * 16);
+    CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("q", "Tq", "overflow", "int"),
+             f->a.q.shape[2] = BIG; f->a.out.shape[2] = BIG;
+             f->a.q.stride[1] = BIG * DK; f->a.q.stride[0] = BIG * DK * HQ;
+             f->a.out.stride[1] = BIG * DV; f->a.out.stride[0] = BIG * DV * HQ);
+}
+
+static void test_bad_scale(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = -1.0);
+    CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = NAN);
+    CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = INFINITY);
+    CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = -INFINITY);
+    CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = -1e-300);
+    CASE(SDPA_OK, NULL, f->a.scale = 1.0);
+    CASE(SDPA_OK, NULL, f->a.scale = 1e-300);
+}
+
+static void test_bad_softcap(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_SOFTCAP, NEEDLES("cap"), f->a.softcap = -1.0);
+    CASE(SDPA_ERR_BAD_SOFTCAP, NEEDLES("cap"), f->a.softcap = NAN);
+    CASE(SDPA_ERR_BAD_SOFTCAP, NEEDLES("cap"), f->a.softcap = INFINITY);
+    CASE(SDPA_ERR_BAD_SOFTCAP, NEEDLES("cap"), f->a.softcap = -INFINITY);
+    CASE(SDPA_OK, NULL, f->a.softcap = 30.0);
+}
+
+static void test_head_grouping(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_HEAD_GROUPING, NEEDLES("Hq", "Hkv", "head"),
+         f->a.k.shape[1] = 3; f->a.v.shape[1] = 3);
+    CASE(SDPA_ERR_HEAD_GROUPING, NEEDLES("Hq", "Hkv", "head"),
+         f->a.k.shape[1] = 8; f->a.v.shape[1] = 8);
+    CASE_MIN(SDPA_ERR_HEAD_GROUPING, NEEDLES("Hq", "Hkv", "head"),
+             f->a.q.shape[1] = 3; f->a.out.shape[1] = 3);
+}
+
+static void test_bad_kv_len(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_KV_LEN, NEEDLES("kv_lens[1]"), f->kv_lens[1] = -1);
+    CASE(SDPA_ERR_BAD_KV_LEN, NEEDLES("kv_lens[1]"), f->kv_lens[1] = TK + 1);
+    CASE(SDPA_ERR_BAD_KV_LEN, NEEDLES("kv_lens[0]"), f->kv_lens[0] = INT64_MAX);
+    CASE(SDPA_ERR_BAD_KV_LEN, NEEDLES("kv_lens[0]"), f->kv_lens[0] = INT64_MIN);
+    /* Bounds themselves are fine (0 needs the ZERO policy). */
+    CASE(SDPA_OK, NULL, f->kv_lens[1] = TK);
+    CASE(SDPA_OK, NULL, f->kv_lens[1] = 0;
+         assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_EMPTY_ROWS,
+                                           SDPA_EMPTY_ROWS_ZERO),
+                          SDPA_OK));
+}
+
+static void test_bad_causal(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_CAUSAL, NEEDLES("causal"), f->a.causal = 3);
+    CASE(SDPA_ERR_BAD_CAUSAL, NEEDLES("causal"), f->a.causal = -1);
+    CASE(SDPA_ERR_BAD_CAUSAL, NEEDLES("causal"), f->a.causal = 99);
+}
+
+static void test_bad_flags(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_FLAGS, NEEDLES("flag"), f->a.flags = 1u << 5);
+    CASE(SDPA_ERR_BAD_FLAGS, NEEDLES("flag"), f->a.flags = 1u << 1);
+    CASE(SDPA_ERR_BAD_FLAGS, NEEDLES("flag"), f->a.flags = 1u << 31);
+    CASE(SDPA_ERR_BAD_FLAGS, NEEDLES("flag"),
+         f->a.flags = SDPA_FLAG_MASK_NONZERO_ALLOWS | (1u << 7));
+}
+
+static void test_unknown_option(void **state)
+{
+    fx *f = *state;
+    static const int ids[] = {0, 999, 8, 1000, -1, 12345};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i) {
+        char num[32];
+        snprintf(num, sizeof num, "%d", ids[i]);
+        assert_int_equal(sdpa_ctx_set_int(f->ctx, ids[i], 1),
+                         SDPA_ERR_UNKNOWN_OPTION);
+        check_message_any(sdpa_ctx_last_error(f->ctx), "set unknown option",
+                          NEEDLES(num, "option"));
+        int64_t v = 77;
+        assert_int_equal(sdpa_ctx_get_int(f->ctx, ids[i], &v),
+                         SDPA_ERR_UNKNOWN_OPTION);
+        assert_int_equal(v, 77);
+        check_message_any(sdpa_ctx_last_error(f->ctx), "get unknown option",
+                          NEEDLES(num, "option"));
+    }
+}
+
+static void test_bad_option_value(void **state)
+{
+    fx *f = *state;
+    struct {
+        int opt;
+        int64_t good, bad;
+    } cases[] = {
+        {SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO, 2},
+        {SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO, -1},
+        {SDPA_OPT_NUM_THREADS, 2, 0},
+        {SDPA_OPT_NUM_THREADS, 2, 257},
+        {SDPA_OPT_NUM_THREADS, 2, -1},
+        {SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE, 7},
+        {SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE, -1},
+        {SDPA_OPT_PATH, SDPA_PATH_MATERIALISED, 9},
+        {SDPA_OPT_PATH, SDPA_PATH_MATERIALISED, -1},
+        {SDPA_OPT_SCRATCH_LIMIT, 1 << 20, -1},
+        {SDPA_OPT_BLOCK_Q, 0, -1},
+        {SDPA_OPT_BLOCK_K, 0, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        assert_int_equal(sdpa_ctx_set_int(f->ctx, cases[i].opt, cases[i].good),
+                         SDPA_OK);
+        assert_int_equal(sdpa_ctx_set_int(f->ctx, cases[i].opt, cases[i].bad),
+                         SDPA_ERR_BAD_OPTION_VALUE);
+        check_message_any(sdpa_ctx_last_error(f->ctx), "bad option value",
+                          NEEDLES(NULL));
+        int64_t v = -99;
+        assert_int_equal(sdpa_ctx_get_int(f->ctx, cases[i].opt, &v), SDPA_OK);
+        /* The option keeps its value. */
+        assert_int_equal(v, cases[i].good);
+    }
+    /* Back to defaults for the other tests. */
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_NUM_THREADS, 1), SDPA_OK);
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO),
+                     SDPA_OK);
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_SCRATCH_LIMIT, 0), SDPA_OK);
+}
+
+static void test_option_defaults(void **state)
+{
+    sdpa_ctx *c = NULL;
+    (void)state;
+    assert_int_equal(sdpa_ctx_create(&c), SDPA_OK);
+    int64_t v = -1;
+    assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_EMPTY_ROWS, &v), SDPA_OK);
+    assert_int_equal(v, SDPA_EMPTY_ROWS_ERROR);
+    assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_NUM_THREADS, &v), SDPA_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_PATH, &v), SDPA_OK);
+    assert_int_equal(v, SDPA_PATH_AUTO);
+    assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_SCRATCH_LIMIT, &v), SDPA_OK);
+    assert_int_equal(v, 0);
+    /* KERNEL reports what AUTO resolves to: a concrete kernel. */
+    assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
+    assert_true(v == SDPA_KERNEL_PORTABLE || v == SDPA_KERNEL_AVX2);
+    assert_string_equal(sdpa_ctx_last_error(c), "");
+    sdpa_ctx_destroy(c);
+}
+
+/* Every key of (batch 1, head 3, row 2) forbidden, four different ways. */
+static void test_fully_masked_row(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_FULLY_MASKED_ROW, NEEDLES("row"),
+         for (int j = 0; j < TK; ++j) tset(&f->mask, 1, 3, 2, j, 1);
+         memcpy(f->in_copy[3], f->mask.mem, f->mask.elems));
+    const char *m = sdpa_ctx_last_error(f->ctx);
+    assert_non_null(strstr(m, "1"));
+    assert_non_null(strstr(m, "3"));
+    assert_non_null(strstr(m, "2"));
+    assert_non_null(strstr(m, "batch"));
+    assert_non_null(strstr(m, "head"));
+    /* With the ZERO policy the same call succeeds. */
+    fx_reset(f);
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_EMPTY_ROWS,
+                                      SDPA_EMPTY_ROWS_ZERO),
+                     SDPA_OK);
+    assert_int_equal(sdpa_forward(f->ctx, &f->a), SDPA_OK);
+    for (int j = 0; j < TK; ++j)
+        tset(&f->mask, 1, 3, 2, j, 0);
+    memcpy(f->in_copy[3], f->mask.mem, f->mask.elems);
+
+    /* kv_lens[1] = 0: every row of batch 1. */
+    CASE(SDPA_ERR_FULLY_MASKED_ROW, NEEDLES("batch 1", "b=1", "batch=1", "1"),
+         f->kv_lens[1] = 0);
+    /* bias -inf over a whole row (bias broadcast over N: batch 0 first). */
+    tbuf nb;
+    tbuf_make(&nb, f->dtype, 1, HQ, TQ, TK, LAYOUT_BHTD, 0);
+    for (int h = 0; h < HQ; ++h)
+        for (int i = 0; i < TQ; ++i)
+            for (int j = 0; j < TK; ++j)
+                tset(&nb, 0, h, i, j, (h == 1 && i == 2) ? -INFINITY : 0.5);
+    CASE(SDPA_ERR_FULLY_MASKED_ROW, NEEDLES("row"), f->a.bias = nb.t);
+    tbuf_free(&nb);
+    /* BOTTOM_RIGHT with L_1 = 1 < Tq = 3: rows 0 and 1 of batch 1 see no
+     * key (j > i + 1 - 3). */
+    CASE(SDPA_ERR_FULLY_MASKED_ROW, NEEDLES("row"),
+         f->a.causal = SDPA_CAUSAL_BOTTOM_RIGHT; f->kv_lens[1] = 1);
+    /* Mask inverted with an all-zero mask: nothing may be attended. */
+    CASE(SDPA_ERR_FULLY_MASKED_ROW, NEEDLES("row"),
+         f->a.flags = SDPA_FLAG_MASK_NONZERO_ALLOWS);
+}
+
+static void test_nonfinite(void **state)
+{
+    fx *f = *state;
+    const double big = f->dtype == SDPA_FLOAT32 ? 1e30 : 1e200;
+    double saved;
+    saved = tget(&f->q, 0, 0, 0, 0);
+    CASE(SDPA_ERR_NONFINITE, NULL, tset(&f->q, 0, 0, 0, 0, INFINITY));
+    tset(&f->q, 0, 0, 0, 0, saved);
+    saved = tget(&f->q, 1, 2, 1, 3);
+    CASE(SDPA_ERR_NONFINITE, NULL, tset(&f->q, 1, 2, 1, 3, NAN));
+    tset(&f->q, 1, 2, 1, 3, saved);
+    /* NaN in a K row that is read (j < kv_lens[0]). */
+    saved = tget(&f->k, 0, 1, 2, 1);
+    CASE(SDPA_ERR_NONFINITE, NULL, tset(&f->k, 0, 1, 2, 1, NAN));
+    tset(&f->k, 0, 1, 2, 1, saved);
+    /* Overflow of the dot product to +inf. */
+    double sq[DK], sk[DK];
+    for (int d = 0; d < DK; ++d) {
+        sq[d] = tget(&f->q, 0, 0, 0, d);
+        sk[d] = tget(&f->k, 0, 0, 0, d);
+    }
+    CASE_MIN(SDPA_ERR_NONFINITE, NULL,
+             for (int d = 0; d < DK; ++d) {
+                 tset(&f->q, 0, 0, 0, d, big);
+                 tset(&f->k, 0, 0, 0, d, big);
+             });
+    for (int d = 0; d < DK; ++d) {
+        tset(&f->q, 0, 0, 0, d, sq[d]);
+        tset(&f->k, 0, 0, 0, d, sk[d]);
+    }
+    /* Inputs restored: the baseline succeeds and is untouched. */
+    CASE(SDPA_OK, NULL, (void)0);
+    for (int i = 0; i < 5; ++i) {
+        tbuf *t = inputs(f, i);
+        assert_memory_equal(f->in_copy[i], t->mem, t->elems * t->esize);
+    }
+}
+
+static void test_out_of_memory(void **state)
+{
+    fx *f = *state;
+    counting_alloc ca;
+    memset(&ca, 0, sizeof ca);
+    ca.fail_after = 0;
+    sdpa_allocator al = ca_allocator(&ca);
+    sdpa_ctx *c = (sdpa_ctx *)&ca;
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
+                     SDPA_ERR_OUT_OF_MEMORY);
+    assert_null(c);
+    assert_true(ca.failures >= 1);
+
+    /* A context that got its own memory, then nothing more. */
+    memset(&ca, 0, sizeof ca);
+    ca.fail_after = -1;
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al), SDPA_OK);
+    ca.fail_after = ca.allocs;
+    assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED),
+                     SDPA_OK);
+    /* A shape whose materialised scores need scratch (Tq x Tk per slice). */
+    tbuf q, k, v, o;
+    const int dt = f->dtype;
+    rng r = {3};
+    tbuf_make(&q, dt, 2, 2, 64, 8, LAYOUT_BHTD, 0);
+    tbuf_make(&k, dt, 2, 2, 512, 8, LAYOUT_BHTD, 0);
+    tbuf_make(&v, dt, 2, 2, 512, 8, LAYOUT_BHTD, 0);
+    tbuf_make(&o, dt, 2, 2, 64, 8, LAYOUT_BHTD, 0);
+    tbuf_fill_random(&q, &r, 1.0);
+    tbuf_fill_random(&k, &r, 1.0);
+    tbuf_fill_random(&v, &r, 1.0);
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dt;
+    a.q = q.t;
+    a.k = k.t;
+    a.v = v.t;
+    a.out = o.t;
+    fill_sentinel(o.mem, o.elems * o.esize);
+    assert_int_equal(sdpa_forward(c, &a), SDPA_ERR_OUT_OF_MEMORY);
+    assert_true(ca.failures >= 1);
+    check_message_any(sdpa_ctx_last_error(c), "out of memory", NEEDLES(NULL));
+    assert_int_equal(first_non_sentinel(o.mem, o.elems * o.esize), -1);
+    /* The context stays usable once memory is available again. */
+    ca.fail_after = -1;
+    assert_int_equal(sdpa_forward(c, &a), SDPA_OK);
+    assert_string_equal(sdpa_ctx_last_error(c), "");
+    sdpa_ctx_destroy(c);
+    assert_int_equal(ca.live_bytes, 0);
+    assert_int_equal(ca.bad_free, 0);
+    tbuf_free(&q);
+    tbuf_free(&k);
+    tbuf_free(&v);
+    tbuf_free(&o);
+}
+
+static void test_unsupported(void **state)
+{
+    fx *f = *state;
+    int checked = 0;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    int have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int st = sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AVX2);
+    if (have) {
+        assert_int_equal(st, SDPA_OK);
+    } else {
+        assert_int_equal(st, SDPA_ERR_UNSUPPORTED);
+        check_message_any(sdpa_ctx_last_error(f->ctx), "avx2",
+                          NEEDLES("AVX2", "avx2"));
+    }
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO),
+                     SDPA_OK);
+    checked++;
+#endif
+    /* Weights need the whole row: a forced tiled / decode path may refuse
+     * them with UNSUPPORTED (outputs untouched) or compute them. */
+    for (int path = SDPA_PATH_TILED; path <= SDPA_PATH_DECODE; ++path) {
+        fx_reset(f);
+        assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, path), SDPA_OK);
+        fill_outputs(f);
+        int rc = sdpa_forward(f->ctx, &f->a);
+        assert_true(rc == SDPA_OK || rc == SDPA_ERR_UNSUPPORTED);
+        if (rc == SDPA_ERR_UNSUPPORTED) {
+            check_message_any(sdpa_ctx_last_error(f->ctx), "unsupported path",
+                              NEEDLES(NULL));
+            check_untouched(f, "unsupported path");
+            checked++;
+        }
+    }
+    fx_reset(f);
+    assert_true(checked > 0);
+}
+
+static void test_status_strings(void **state)
+{
+    (void)state;
+    const char *s[SDPA_ERR_UNSUPPORTED + 1];
+    for (int i = 0; i <= SDPA_ERR_UNSUPPORTED; ++i) {
+        s[i] = sdpa_status_string(i);
+        assert_non_null(s[i]);
+        assert_true(strlen(s[i]) > 0);
+        for (int j = 0; j < i; ++j)
+            if (strcmp(s[i], s[j]) == 0) {
+                print_error("status %d and %d share \"%s\"\n", i, j, s[i]);
+                fail();
+            }
+    }
+    static const int unknown[] = {12345, -1, SDPA_ERR_UNSUPPORTED + 1, INT_MAX,
+                                  INT_MIN};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; ++i) {
+        const char *u = sdpa_status_string(unknown[i]);
+        assert_non_null(u);
+        assert_non_null(strstr(u, "unknown"));
+        for (int j = 0; j <= SDPA_ERR_UNSUPPORTED; ++j)
+            assert_true(strcmp(u, s[j]) != 0);
+    }
+    const char *m = sdpa_ctx_last_error(NULL);
+    assert_non_null(m);
+    assert_true(strlen(m) > 0);
+}
+
+static void test_version(void **state)
+{
+    (void)state;
+    assert_int_equal(sdpa_version_number(), SDPA_VERSION_NUMBER);
+    assert_int_equal(SDPA_VERSION_NUMBER, SDPA_VERSION_MAJOR * 10000 +
+                                              SDPA_VERSION_MINOR * 100 +
+                                              SDPA_VERSION_PATCH);
+    assert_non_null(sdpa_version_string());
+    assert_string_equal(sdpa_version_string(), SDPA_VERSION_STRING);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d.%d.%d", SDPA_VERSION_MAJOR,
+             SDPA_VERSION_MINOR, SDPA_VERSION_PATCH);
+    assert_string_equal(SDPA_VERSION_STRING, buf);
+}
+
+#define BOTH(fn)                                                               \
+    {#fn "_float", fn, fx_setup, fx_teardown, &g_float},                       \
+        {#fn "_double", fn, fx_setup, fx_teardown, &g_double}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        BOTH(test_baseline_ok),
+        BOTH(test_null_pointer),
+        BOTH(test_struct_size),
+        BOTH(test_struct_tail),
+        BOTH(test_bad_dtype),
+        BOTH(test_bad_dim),
+        BOTH(test_shape_mismatch),
+        BOTH(test_bad_stride),
+        BOTH(test_overlap),
+        BOTH(test_overflow),
+        BOTH(test_bad_scale),
+        BOTH(test_bad_softcap),
+        BOTH(test_head_grouping),
+        BOTH(test_bad_kv_len),
+        BOTH(test_bad_causal),
+        BOTH(test_bad_flags),
+        BOTH(test_unknown_option),
+        BOTH(test_bad_option_value),
+        cmocka_unit_test(test_option_defaults),
+        BOTH(test_fully_masked_row),
+        BOTH(test_nonfinite),
+        BOTH(test_out_of_memory),
+        BOTH(test_unsupported),
+        cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_version),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

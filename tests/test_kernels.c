@@ -1,0 +1,248 @@
+/*
+ * The row kernels on their own (internal API, linked from the static
+ * library): the exp error bound stated in src/vexp.h, exact zeros for
+ * forbidden keys, and agreement of the AVX2+FMA kernels with the portable
+ * ones. Bounds checked here:
+ *   - exp: <= 2 ulp against long double expl over the normal range, for the
+ *     scalar (portable) and the vector (AVX2) code, float and double;
+ *   - mask_max: bitwise equal between kernels (it only adds and selects);
+ *   - exp_sum: each value within 2 ulp of expl (hence within 4 ulp of each
+ *     other), sums within n·2^-23 (float) / n·2^-52 (double) relative.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka.h needs the three headers above first */
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "rows.h"
+#include "vexp.h"
+
+enum { ROW = 1037 }; /* odd, so vector bodies and scalar tails both run */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+static double uniform(double lo, double hi)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return lo + (hi - lo) * (double)(rng_state >> 11) * 0x1p-53;
+}
+
+/* Distance of y from the exact value in units of the last place of the
+ * correctly rounded result. */
+static double ulps_f32(float y, long double exact)
+{
+    float r = (float)exact;
+    long double ulp = (long double)nextafterf(r, INFINITY) - (long double)r;
+    return (double)(fabsl((long double)y - exact) / ulp);
+}
+static double ulps_f64(double y, long double exact)
+{
+    double r = (double)exact;
+    long double ulp = (long double)nextafter(r, INFINITY) - (long double)r;
+    return (double)(fabsl((long double)y - exact) / ulp);
+}
+
+static bool have_avx2(void) { return sdpa_cpu_has_avx2_fma(); }
+
+static void test_exp_f32_bound(void **state)
+{
+    (void)state;
+    const sdpa_row_kernels_f32 *vec =
+        have_avx2() ? &sdpa_rows_avx2_f32 : &sdpa_rows_portable_f32;
+    /* Every 257th float from log(FLT_MIN) to 0: about 4 million values. */
+    float lo = SDPA_EXP_LOWEST_f32;
+    uint32_t lo_bits, zero_bits = 0x80000000u; /* -0.0 */
+    memcpy(&lo_bits, &lo, sizeof lo_bits);
+    static float batch[ROW], args[ROW];
+    double worst_scalar = 0, worst_vector = 0;
+    int n = 0;
+    for (uint32_t bits = zero_bits; bits <= lo_bits; bits += 257) {
+        float x;
+        memcpy(&x, &bits, sizeof x);
+        args[n] = batch[n] = x;
+        if (++n < ROW && bits + 257 <= lo_bits)
+            continue;
+        vec->exp_sum(batch, n, 0.0f);
+        for (int i = 0; i < n; i++) {
+            long double exact = expl((long double)args[i]);
+            double us = ulps_f32(sdpa_exp_neg_f32(args[i]), exact);
+            double uv = ulps_f32(batch[i], exact);
+            worst_scalar = us > worst_scalar ? us : worst_scalar;
+            worst_vector = uv > worst_vector ? uv : worst_vector;
+        }
+        n = 0;
+    }
+    print_message("exp f32: worst %.3f ulp scalar, %.3f ulp vector\n",
+                  worst_scalar, worst_vector);
+    assert_true(worst_scalar <= 2.0);
+    assert_true(worst_vector <= 2.0);
+}
+
+static void test_exp_f64_bound(void **state)
+{
+    (void)state;
+    const sdpa_row_kernels_f64 *vec =
+        have_avx2() ? &sdpa_rows_avx2_f64 : &sdpa_rows_portable_f64;
+    static double batch[ROW], args[ROW];
+    double worst_scalar = 0, worst_vector = 0;
+    for (int round = 0; round < 1000; round++) {
+        for (int i = 0; i < ROW; i++) {
+            /* half spread over the whole range, half near 0 where softmax
+             * arguments gather */
+            double lo = i % 2 ? SDPA_EXP_LOWEST_f64 : -8.0;
+            args[i] = batch[i] = uniform(lo, 0.0);
+        }
+        vec->exp_sum(batch, ROW, 0.0);
+        for (int i = 0; i < ROW; i++) {
+            long double exact = expl((long double)args[i]);
+            double us = ulps_f64(sdpa_exp_neg_f64(args[i]), exact);
+            double uv = ulps_f64(batch[i], exact);
+            worst_scalar = us > worst_scalar ? us : worst_scalar;
+            worst_vector = uv > worst_vector ? uv : worst_vector;
+        }
+    }
+    print_message("exp f64: worst %.3f ulp scalar, %.3f ulp vector\n",
+                  worst_scalar, worst_vector);
+    assert_true(worst_scalar <= 2.0);
+    assert_true(worst_vector <= 2.0);
+}
+
+static void test_exp_edges(void **state)
+{
+    (void)state;
+    assert_true(sdpa_exp_neg_f32(-INFINITY) == 0.0f);
+    assert_true(sdpa_exp_neg_f64(-INFINITY) == 0.0);
+    assert_true(sdpa_exp_neg_f32(0.0f) == 1.0f);
+    assert_true(sdpa_exp_neg_f64(0.0) == 1.0);
+    assert_true(sdpa_exp_neg_f32(-100.0f) == 0.0f); /* below FLT_MIN: flush */
+    assert_true(sdpa_exp_neg_f64(-800.0) == 0.0);
+    const sdpa_row_kernels_f32 *kernels[2] = {&sdpa_rows_portable_f32,
+                                              &sdpa_rows_avx2_f32};
+    for (int k = 0; k < (have_avx2() ? 2 : 1); k++) {
+        float x[19];
+        for (int i = 0; i < 19; i++)
+            x[i] = i % 3 ? -INFINITY : 0.0f;
+        float sum = kernels[k]->exp_sum(x, 19, 0.0f);
+        for (int i = 0; i < 19; i++)
+            assert_true(x[i] == (i % 3 ? 0.0f : 1.0f));
+        assert_true(sum == 7.0f);
+    }
+}
+
+/* A row with a bias (some -inf), a mask and both mask conventions. */
+static void fill_row(float *x, float *bias, uint8_t *mask, int n)
+{
+    for (int j = 0; j < n; j++) {
+        x[j] = (float)uniform(-30, 30);
+        bias[j] = j % 11 == 3 ? -INFINITY : (float)uniform(-2, 2);
+        mask[j] = (uint8_t)(j % 7 == 1 ? 0 : (j % 5 == 2 ? 9 : 0));
+    }
+}
+
+static void test_avx2_matches_portable_f32(void **state)
+{
+    (void)state;
+    if (!have_avx2())
+        skip();
+    static float a[ROW], b[ROW], bias[ROW];
+    static uint8_t mask[ROW];
+    for (int round = 0; round < 200; round++) {
+        int n = 1 + round * 5 % ROW;
+        fill_row(a, bias, mask, n);
+        memcpy(b, a, sizeof a);
+        bool allows = round % 2;
+        const float *use_bias = round % 3 ? bias : NULL;
+        const uint8_t *use_mask = round % 4 ? mask : NULL;
+        float ma = sdpa_rows_portable_f32.mask_max(a, n, use_bias, use_mask,
+                                                   allows);
+        float mb = sdpa_rows_avx2_f32.mask_max(b, n, use_bias, use_mask,
+                                               allows);
+        assert_memory_equal(a, b, (size_t)n * sizeof(float));
+        assert_true(ma == mb || (ma == -INFINITY && mb == -INFINITY));
+        if (ma == -INFINITY)
+            continue;
+        float sa = sdpa_rows_portable_f32.exp_sum(a, n, ma);
+        float sb = sdpa_rows_avx2_f32.exp_sum(b, n, mb);
+        for (int j = 0; j < n; j++) {
+            if (!(b[j] > 0)) { /* forbidden stays exactly 0 in both */
+                assert_true(a[j] == 0.0f && b[j] == 0.0f);
+                continue;
+            }
+            assert_true(fabsf(a[j] - b[j]) <= 4 * FLT_EPSILON * a[j]);
+        }
+        assert_true(fabsf(sa - sb) <= (float)n * FLT_EPSILON * sa);
+    }
+}
+
+static void test_avx2_matches_portable_f64(void **state)
+{
+    (void)state;
+    if (!have_avx2())
+        skip();
+    static double a[ROW], b[ROW], bias[ROW];
+    static uint8_t mask[ROW];
+    for (int round = 0; round < 200; round++) {
+        int n = 1 + round * 7 % ROW;
+        for (int j = 0; j < n; j++) {
+            a[j] = uniform(-300, 300);
+            bias[j] = j % 13 == 5 ? -INFINITY : uniform(-2, 2);
+            mask[j] = (uint8_t)(j % 6 == 4 ? 1 : 0);
+        }
+        memcpy(b, a, sizeof a);
+        bool allows = round % 2;
+        const double *use_bias = round % 3 ? bias : NULL;
+        const uint8_t *use_mask = round % 4 ? mask : NULL;
+        double ma = sdpa_rows_portable_f64.mask_max(a, n, use_bias, use_mask,
+                                                    allows);
+        double mb =
+            sdpa_rows_avx2_f64.mask_max(b, n, use_bias, use_mask, allows);
+        assert_memory_equal(a, b, (size_t)n * sizeof(double));
+        assert_true(ma == mb);
+        if (ma == -INFINITY)
+            continue;
+        double sa = sdpa_rows_portable_f64.exp_sum(a, n, ma);
+        double sb = sdpa_rows_avx2_f64.exp_sum(b, n, mb);
+        for (int j = 0; j < n; j++)
+            assert_true(fabs(a[j] - b[j]) <= 4 * DBL_EPSILON * a[j]);
+        assert_true(fabs(sa - sb) <= (double)n * DBL_EPSILON * sa);
+    }
+}
+
+/* A NaN logit must come out of mask_max as NaN (the caller then reports
+ * SDPA_ERR_NONFINITE), wherever it sits: vector body or scalar tail. */
+static void test_nan_is_reported(void **state)
+{
+    (void)state;
+    const sdpa_row_kernels_f32 *kernels[2] = {&sdpa_rows_portable_f32,
+                                              &sdpa_rows_avx2_f32};
+    for (int k = 0; k < (have_avx2() ? 2 : 1); k++)
+        for (int at = 0; at < 21; at++) {
+            float x[21];
+            for (int j = 0; j < 21; j++)
+                x[j] = (float)j;
+            x[at] = NAN;
+            float m = kernels[k]->mask_max(x, 21, NULL, NULL, false);
+            assert_true(m != m);
+        }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exp_f32_bound),
+        cmocka_unit_test(test_exp_f64_bound),
+        cmocka_unit_test(test_exp_edges),
+        cmocka_unit_test(test_avx2_matches_portable_f32),
+        cmocka_unit_test(test_avx2_matches_portable_f64),
+        cmocka_unit_test(test_nan_is_reported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,623 @@
+/*
+ * Randomised comparison against the long-double reference (reference.c).
+ *
+ * Hundreds of configurations from fixed seeds (splitmix64, testutil.h), in
+ * float and double, each covering a random mix of: BHTD / BTHD layouts and
+ * padded row strides for q, k, v, out, weights; GQA and MQA; Tq != Tk;
+ * Dk != Dv; a uint8 mask (either convention); a bias with some -inf;
+ * mask/bias broadcast by extent 1 or stride 0; causal TOP_LEFT and
+ * BOTTOM_RIGHT; kv_lens including 0 and Tk; K/V broadcast over N by stride
+ * 0; soft-cap; default, unit and custom scale; optional weights and lse;
+ * both empty-row policies; 1..4 threads; tiled block sizes.
+ *
+ * Every configuration runs on every kernel the context accepts
+ * (SDPA_KERNEL_PORTABLE, SDPA_KERNEL_AVX2; SDPA_ERR_UNSUPPORTED from
+ * sdpa_ctx_set_int skips a kernel) and every path (AUTO, MATERIALISED, TILED,
+ * DECODE; SDPA_ERR_UNSUPPORTED from sdpa_forward skips TILED/DECODE for that
+ * configuration, but AUTO and MATERIALISED must always work).
+ *
+ * Also checked on every run: forbidden weights are exactly 0, the empty-row
+ * policy (ERROR: SDPA_ERR_FULLY_MASKED_ROW with outputs untouched; ZERO:
+ * zero rows and lse = -inf exactly), K/V rows at j >= kv_lens[b] are never
+ * read (they hold NaN), every byte of out/weights/lse outside the logical
+ * view (row padding) is never written, and every failed call leaves the
+ * outputs untouched.
+ *
+ * Tolerances (derived per configuration from the dtype; eps = FLT_EPSILON or
+ * DBL_EPSILON, i.e. 2u):
+ *   L     = max over allowed (i,j) of scale * sum_r |q_ir k_jr| + |bias_ij|
+ *           (computed by the reference), an upper bound of |logit|;
+ *   e_s   = (Dk + 4) * eps * L + 4 * eps * (1 + L + softcap)
+ *           the classic gemm bound gamma_Dk * sum|terms| plus the roundings
+ *           of scale, tanh, and bias addition;
+ *   e_p   = 2 * e_s + (Tk + 16) * eps
+ *           relative error of each probability: the shift by the row max
+ *           (2 e_s), a vector exp accurate to a few ulp (16 eps budget), and
+ *           the Tk-term normalising sum;
+ *   weights:  |w - ref| <= 2 * e_p                     (w <= 1)
+ *   out:      |o - ref| <= 2 * Vmax * (e_p + (Tk + 4) * eps)
+ *             (the P·V dot of Tk terms adds gamma_Tk * sum p|v|)
+ *   lse:      |l - ref| <= 2 * (e_s + (Tk + 16) * eps + eps * |ref|)
+ * with a safety factor 2. The inputs are drawn so that L stays around 1..16,
+ * so in float the weight tolerance is at most a few 1e-4 and typically
+ * ~1e-5, in double ~1e-13. A wrong mask, a missing normalisation, a wrong
+ * GQA head, a wrong broadcast or a wrong causal offset moves weights and
+ * outputs by O(1/Tk) >> these bounds; forbidden weights are in addition
+ * compared for exact 0.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "sdpa.h"
+#include "testutil.h"
+
+#define MAX_N 4
+
+typedef struct cfg {
+    uint64_t seed;
+    int dtype;
+    int64_t N, Hq, Hkv, Tq, Tk, Dk, Dv;
+    int lay_q, lay_kv, lay_out, lay_w;
+    int64_t pad_q, pad_kv, pad_out, pad_w;
+    int kv_bcast;
+    int use_mask, mask_inverted, mask_b[3];
+    double mask_p;
+    int use_bias, bias_b[3];
+    double bias_ninf_p;
+    int causal;
+    int use_kvlens;
+    int64_t kv_lens[MAX_N];
+    double scale, softcap;
+    double amp;
+    int want_w, want_lse;
+    int empty_zero;
+    int threads;
+    int64_t block_q, block_k;
+} cfg;
+
+static void cfg_print(const cfg *c)
+{
+    print_message(
+        "  cfg seed=%llu dtype=%s N=%lld Hq=%lld Hkv=%lld Tq=%lld Tk=%lld "
+        "Dk=%lld Dv=%lld lay(q,kv,out,w)=%d,%d,%d,%d pad=%lld,%lld,%lld,%lld "
+        "kv_bcast=%d mask=%d(inv=%d b=%d%d%d) bias=%d(b=%d%d%d) causal=%d "
+        "kvlens=%d[",
+        (unsigned long long)c->seed,
+        c->dtype == SDPA_FLOAT32 ? "f32" : "f64", (long long)c->N,
+        (long long)c->Hq, (long long)c->Hkv, (long long)c->Tq,
+        (long long)c->Tk, (long long)c->Dk, (long long)c->Dv, c->lay_q,
+        c->lay_kv, c->lay_out, c->lay_w, (long long)c->pad_q,
+        (long long)c->pad_kv, (long long)c->pad_out, (long long)c->pad_w,
+        c->kv_bcast, c->use_mask, c->mask_inverted, c->mask_b[0],
+        c->mask_b[1], c->mask_b[2], c->use_bias, c->bias_b[0], c->bias_b[1],
+        c->bias_b[2], c->causal, c->use_kvlens);
+    for (int64_t b = 0; b < c->N; ++b)
+        print_message("%s%lld", b ? "," : "", (long long)c->kv_lens[b]);
+    print_message("] scale=%g softcap=%g w=%d lse=%d zero=%d threads=%d "
+                  "block=%lld,%lld\n",
+                  c->scale, c->softcap, c->want_w, c->want_lse, c->empty_zero,
+                  c->threads, (long long)c->block_q, (long long)c->block_k);
+}
+
+static int64_t pick_dim(rng *r, int64_t lo, int64_t hi)
+{
+    return rng_int(r, lo, hi);
+}
+
+static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
+{
+    rng r;
+    r.s = seed * UINT64_C(0x2545F4914F6CDD1D);
+    r.s += dtype == SDPA_FLOAT32 ? 1u : 2u;
+    memset(c, 0, sizeof *c);
+    c->seed = seed;
+    c->dtype = dtype;
+    static const int64_t hq_choices[] = {1, 2, 3, 4, 6, 8};
+    c->N = pick_dim(&r, 1, big ? 2 : MAX_N);
+    c->Hq = hq_choices[rng_int(&r, 0, big ? 3 : 5)];
+    /* Hkv: a divisor of Hq (1 = MQA, Hq = MHA, in between = GQA). */
+    int64_t divs[8], nd = 0;
+    for (int64_t d = 1; d <= c->Hq; ++d)
+        if (c->Hq % d == 0)
+            divs[nd++] = d;
+    c->Hkv = divs[rng_int(&r, 0, nd - 1)];
+    if (big) {
+        c->Tq = rng_int(&r, 0, 3) == 0 ? rng_int(&r, 1, 4) : pick_dim(&r, 1, 150);
+        c->Tk = pick_dim(&r, 60, 400);
+    } else {
+        int64_t m = rng_int(&r, 0, 4);
+        c->Tq = m == 0 ? 1 : m == 1 ? rng_int(&r, 1, 3) : pick_dim(&r, 1, 24);
+        c->Tk = pick_dim(&r, 1, 40);
+    }
+    c->Dk = pick_dim(&r, 1, 24);
+    c->Dv = rng_int(&r, 0, 2) == 0 ? c->Dk : pick_dim(&r, 1, 24);
+    c->lay_q = (int)rng_int(&r, 0, 1);
+    c->lay_kv = (int)rng_int(&r, 0, 1);
+    c->lay_out = (int)rng_int(&r, 0, 1);
+    c->lay_w = LAYOUT_BHTD;
+    c->pad_q = rng_int(&r, 0, 2) == 0 ? rng_int(&r, 1, 5) : 0;
+    c->pad_kv = rng_int(&r, 0, 2) == 0 ? rng_int(&r, 1, 5) : 0;
+    c->pad_out = rng_int(&r, 0, 2) == 0 ? rng_int(&r, 1, 5) : 0;
+    c->pad_w = rng_int(&r, 0, 2) == 0 ? rng_int(&r, 1, 5) : 0;
+    c->kv_bcast = rng_int(&r, 0, 4) == 0;
+
+    c->use_mask = rng_int(&r, 0, 2) == 0;
+    c->mask_inverted = rng_int(&r, 0, 1) == 0;
+    for (int d = 0; d < 3; ++d) {
+        c->mask_b[d] = (int)rng_int(&r, 0, 3); /* 0,1 full; 2 ext 1; 3 stride 0 */
+        if (c->mask_b[d] == 1)
+            c->mask_b[d] = 0;
+        c->bias_b[d] = (int)rng_int(&r, 0, 3);
+        if (c->bias_b[d] == 1)
+            c->bias_b[d] = 0;
+    }
+    static const double mp[] = {0.05, 0.2, 0.5};
+    c->mask_p = mp[rng_int(&r, 0, 2)];
+    c->use_bias = rng_int(&r, 0, 2) == 0;
+    c->bias_ninf_p = rng_int(&r, 0, 1) ? 0.15 : 0.0;
+    c->causal = (int)rng_int(&r, 0, 2);
+    c->use_kvlens = rng_int(&r, 0, 2) == 0;
+    for (int64_t b = 0; b < c->N; ++b) {
+        int64_t m = rng_int(&r, 0, 5);
+        c->kv_lens[b] = !c->use_kvlens ? c->Tk
+                        : m == 0       ? 0
+                        : m == 1       ? c->Tk
+                                       : rng_int(&r, 1, c->Tk);
+    }
+    int64_t sm = rng_int(&r, 0, 3);
+    c->scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(&r);
+    int64_t cm = rng_int(&r, 0, 5);
+    c->softcap = cm == 0 ? 1.0 : cm == 1 ? 5.0 : cm == 2 ? 30.0 : 0.0;
+    /* Keep the logit bound L = scale * Dk * amp^2 in [1, 16]. */
+    double se = c->scale == 0.0 ? 1.0 / sqrt((double)c->Dk) : c->scale;
+    double target = 1.0 + 15.0 * rng_unit(&r);
+    c->amp = sqrt(target / (se * (double)c->Dk));
+    c->want_w = rng_int(&r, 0, 1) == 0;
+    c->want_lse = rng_int(&r, 0, 1) == 0;
+    c->empty_zero = rng_int(&r, 0, 1) == 0;
+    c->threads = (int)rng_int(&r, 1, 4);
+    static const int64_t blocks[] = {0, 0, 1, 3, 8, 16, 64};
+    c->block_q = blocks[rng_int(&r, 0, 6)];
+    c->block_k = blocks[rng_int(&r, 0, 6)];
+}
+
+typedef struct inst {
+    tbuf q, k, v, mask, bias, out, w, lse;
+    unsigned char *map_out, *map_w, *map_lse;
+    sdpa_forward_args a;
+} inst;
+
+/* A broadcastable [N|1, Hq|1, Tq|1, Tk] tensor: b[d] 0 = full, 2 = extent 1,
+ * 3 = stride 0 over the full extent. */
+static void make_bcast(tbuf *x, int kind, const cfg *c, const int *bm)
+{
+    int64_t full[3] = {c->N, c->Hq, c->Tq};
+    int64_t ext[3];
+    for (int d = 0; d < 3; ++d)
+        ext[d] = bm[d] == 0 ? full[d] : 1;
+    tbuf_make(x, kind, ext[0], ext[1], ext[2], c->Tk, LAYOUT_BHTD, 0);
+    for (int d = 0; d < 3; ++d)
+        if (bm[d] == 3) {
+            x->t.shape[d] = full[d];
+            x->t.stride[d] = 0;
+        }
+}
+
+static void inst_make(inst *s, const cfg *c)
+{
+    rng r = {c->seed ^ 0xA5A5A5A5DEADBEEFull};
+    memset(s, 0, sizeof *s);
+    const int dt = c->dtype;
+    tbuf_make(&s->q, dt, c->N, c->Hq, c->Tq, c->Dk, c->lay_q, c->pad_q);
+    tbuf_fill_random(&s->q, &r, c->amp);
+    int64_t nkv = c->kv_bcast ? 1 : c->N;
+    tbuf_make(&s->k, dt, nkv, c->Hkv, c->Tk, c->Dk, c->lay_kv, c->pad_kv);
+    tbuf_make(&s->v, dt, nkv, c->Hkv, c->Tk, c->Dv, c->lay_kv, c->pad_kv);
+    tbuf_fill_random(&s->k, &r, c->amp);
+    tbuf_fill_random(&s->v, &r, 1.0);
+    /* K/V rows at j >= kv_lens[b] are never read: poison them with NaN. */
+    for (int64_t b = 0; b < nkv; ++b) {
+        int64_t L = c->kv_lens[b];
+        if (c->kv_bcast)
+            for (int64_t bb = 0; bb < c->N; ++bb)
+                L = c->kv_lens[bb] > L ? c->kv_lens[bb] : L;
+        for (int64_t h = 0; h < c->Hkv; ++h)
+            for (int64_t j = L; j < c->Tk; ++j) {
+                for (int64_t d = 0; d < c->Dk; ++d)
+                    tset(&s->k, b, h, j, d, NAN);
+                for (int64_t d = 0; d < c->Dv; ++d)
+                    tset(&s->v, b, h, j, d, NAN);
+            }
+    }
+    if (c->kv_bcast) {
+        s->k.t.shape[0] = s->v.t.shape[0] = c->N;
+        s->k.t.stride[0] = s->v.t.stride[0] = 0;
+    }
+    if (c->use_mask) {
+        make_bcast(&s->mask, ELEM_U8, c, c->mask_b);
+        const int64_t *e = s->mask.t.shape;
+        for (int64_t a = 0; a < (s->mask.t.stride[0] ? e[0] : 1); ++a)
+            for (int64_t b = 0; b < (s->mask.t.stride[1] ? e[1] : 1); ++b)
+                for (int64_t i = 0; i < (s->mask.t.stride[2] ? e[2] : 1); ++i)
+                    for (int64_t j = 0; j < e[3]; ++j) {
+                        int forbid = rng_unit(&r) < c->mask_p;
+                        int nz = (int)rng_int(&r, 1, 255);
+                        int val = c->mask_inverted ? (forbid ? 0 : nz)
+                                                   : (forbid ? nz : 0);
+                        tset(&s->mask, a, b, i, j, val);
+                    }
+    }
+    if (c->use_bias) {
+        make_bcast(&s->bias, dt, c, c->bias_b);
+        const int64_t *e = s->bias.t.shape;
+        for (int64_t a = 0; a < (s->bias.t.stride[0] ? e[0] : 1); ++a)
+            for (int64_t b = 0; b < (s->bias.t.stride[1] ? e[1] : 1); ++b)
+                for (int64_t i = 0; i < (s->bias.t.stride[2] ? e[2] : 1); ++i)
+                    for (int64_t j = 0; j < e[3]; ++j)
+                        tset(&s->bias, a, b, i, j,
+                             rng_unit(&r) < c->bias_ninf_p ? -INFINITY
+                                                           : rng_sym(&r, 1.5));
+    }
+    tbuf_make(&s->out, dt, c->N, c->Hq, c->Tq, c->Dv, c->lay_out, c->pad_out);
+    s->map_out = tbuf_logical_map(&s->out);
+    if (c->want_w) {
+        tbuf_make(&s->w, dt, c->N, c->Hq, c->Tq, c->Tk, c->lay_w, c->pad_w);
+        s->map_w = tbuf_logical_map(&s->w);
+    }
+    if (c->want_lse) {
+        tbuf_make(&s->lse, dt, c->N, c->Hq, c->Tq, 1, LAYOUT_BHTD,
+                  c->pad_out ? 1 : 0);
+        s->map_lse = tbuf_logical_map(&s->lse);
+    }
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dt;
+    a.causal = c->causal;
+    a.flags = c->mask_inverted ? SDPA_FLAG_MASK_NONZERO_ALLOWS : 0u;
+    a.scale = c->scale;
+    a.softcap = c->softcap;
+    a.kv_lens = c->use_kvlens ? c->kv_lens : NULL;
+    a.q = s->q.t;
+    a.k = s->k.t;
+    a.v = s->v.t;
+    if (c->use_mask)
+        a.mask = s->mask.t;
+    if (c->use_bias)
+        a.bias = s->bias.t;
+    a.out = s->out.t;
+    if (c->want_w)
+        a.weights = s->w.t;
+    if (c->want_lse)
+        a.lse = s->lse.t;
+    s->a = a;
+}
+
+static void inst_free(inst *s)
+{
+    tbuf_free(&s->q);
+    tbuf_free(&s->k);
+    tbuf_free(&s->v);
+    tbuf_free(&s->mask);
+    tbuf_free(&s->bias);
+    tbuf_free(&s->out);
+    tbuf_free(&s->w);
+    tbuf_free(&s->lse);
+    free(s->map_out);
+    free(s->map_w);
+    free(s->map_lse);
+}
+
+/* Output buffers are reset to a byte pattern (0xA5: a negative NaN-free
+ * float/double, so "untouched" is a byte comparison) before each call. */
+static void reset_outputs(inst *s)
+{
+    fill_sentinel(s->out.mem, s->out.elems * s->out.esize);
+    if (s->w.mem)
+        fill_sentinel(s->w.mem, s->w.elems * s->w.esize);
+    if (s->lse.mem)
+        fill_sentinel(s->lse.mem, s->lse.elems * s->lse.esize);
+}
+
+/* Bytes outside the logical view (map == 0) must keep the sentinel; with
+ * all_bytes, every byte must. Returns the first bad element or -1. */
+static long untouched(const tbuf *x, const unsigned char *map, int all_bytes)
+{
+    if (!x->mem)
+        return -1;
+    const unsigned char *p = x->mem;
+    for (size_t e = 0; e < x->elems; ++e) {
+        if (!all_bytes && map[e])
+            continue;
+        for (size_t b = 0; b < x->esize; ++b)
+            if (p[e * x->esize + b] != SENTINEL_BYTE)
+                return (long)e;
+    }
+    return -1;
+}
+
+typedef struct tol {
+    double w, out, lse_abs, lse_rel;
+} tol;
+
+static tol tolerance(const cfg *c, const ref_result *r)
+{
+    const double eps = c->dtype == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
+    const double L = (double)r->logit_absmax;
+    const double Tk = (double)c->Tk, Dk = (double)c->Dk;
+    const double e_s = (Dk + 4) * eps * L + 4 * eps * (1 + L + c->softcap);
+    const double e_p = 2 * e_s + (Tk + 16) * eps;
+    tol t;
+    t.w = 2 * e_p;
+    t.out = 2 * ((double)r->v_absmax + 1e-300) * (e_p + (Tk + 4) * eps);
+    t.lse_abs = 2 * (e_s + (Tk + 16) * eps);
+    t.lse_rel = 2 * eps;
+    return t;
+}
+
+static const char *path_name(int p)
+{
+    static const char *n[] = {"AUTO", "MATERIALISED", "TILED", "DECODE"};
+    return n[p];
+}
+
+/* Largest observed error / tolerance, per output (out, weights, lse). */
+static double g_ratio[3];
+
+static void note_ratio(int k, double e, double t)
+{
+    if (t > 0 && e / t > g_ratio[k])
+        g_ratio[k] = e / t;
+}
+
+/* Compare one run; returns 0 when it matches, else prints and returns 1. */
+static int compare(const cfg *c, const inst *s, const ref_result *r,
+                   const tol *t, int path, int kernel)
+{
+    char where[128];
+    snprintf(where, sizeof where, "path=%s kernel=%s", path_name(path),
+             kernel == SDPA_KERNEL_AVX2 ? "AVX2" : "PORTABLE");
+    for (int64_t b = 0; b < c->N; ++b)
+        for (int64_t h = 0; h < c->Hq; ++h)
+            for (int64_t i = 0; i < c->Tq; ++i) {
+                size_t row = (size_t)((b * c->Hq + h) * c->Tq + i);
+                for (int64_t d = 0; d < c->Dv; ++d) {
+                    double ref = (double)r->out[row * (size_t)c->Dv + (size_t)d];
+                    double got = tget(&s->out, b, h, i, d);
+                    double e = fabs(got - ref);
+                    if (!(e <= t->out)) {
+                        print_message("  MISMATCH out[%lld,%lld,%lld,%lld] got "
+                                      "%.10g ref %.10g tol %.3g (%s)\n",
+                                      (long long)b, (long long)h, (long long)i,
+                                      (long long)d, got, ref, t->out, where);
+                        return 1;
+                    }
+                    note_ratio(0, e, t->out);
+                }
+                if (s->w.mem)
+                    for (int64_t j = 0; j < c->Tk; ++j) {
+                        size_t k = row * (size_t)c->Tk + (size_t)j;
+                        double ref = (double)r->weights[k];
+                        double got = tget(&s->w, b, h, i, j);
+                        if (!r->allowed[k] && got != 0.0) {
+                            print_message("  forbidden weight[%lld,%lld,%lld,"
+                                          "%lld] = %.10g, not exactly 0 (%s)\n",
+                                          (long long)b, (long long)h,
+                                          (long long)i, (long long)j, got,
+                                          where);
+                            return 1;
+                        }
+                        double e = fabs(got - ref);
+                        if (!(e <= t->w)) {
+                            print_message("  MISMATCH weights[%lld,%lld,%lld,"
+                                          "%lld] got %.10g ref %.10g tol %.3g "
+                                          "(%s)\n",
+                                          (long long)b, (long long)h,
+                                          (long long)i, (long long)j, got, ref,
+                                          t->w, where);
+                            return 1;
+                        }
+                        note_ratio(1, e, t->w);
+                    }
+                if (s->lse.mem) {
+                    double ref = (double)r->lse[row];
+                    double got = tget(&s->lse, b, h, i, 0);
+                    int ok;
+                    if (isinf(ref))
+                        ok = isinf(got) && got < 0;
+                    else
+                        ok = fabs(got - ref) <= t->lse_abs + t->lse_rel * fabs(ref);
+                    if (!ok) {
+                        print_message("  MISMATCH lse[%lld,%lld,%lld] got %.10g "
+                                      "ref %.10g (%s)\n",
+                                      (long long)b, (long long)h, (long long)i,
+                                      got, ref, where);
+                        return 1;
+                    }
+                    if (!isinf(ref))
+                        note_ratio(2, fabs(got - ref),
+                                   t->lse_abs + t->lse_rel * fabs(ref));
+                }
+            }
+    /* Padding between rows is never written. */
+    long e1 = untouched(&s->out, s->map_out, 0);
+    long e2 = untouched(&s->w, s->map_w, 0);
+    long e3 = untouched(&s->lse, s->map_lse, 0);
+    if (e1 >= 0 || e2 >= 0 || e3 >= 0) {
+        print_message("  padding written: out elem %ld, weights elem %ld, lse "
+                      "elem %ld (%s)\n",
+                      e1, e2, e3, where);
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct stats {
+    long configs, runs[4], skipped[4], errors_expected, failures;
+    long kernels_skipped;
+} stats;
+
+static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
+{
+    inst s;
+    inst_make(&s, c);
+    ref_result r;
+    assert_int_equal(ref_forward(&s.a, &r), 0);
+    const tol t = tolerance(c, &r);
+    const int expect_error = r.any_empty && !c->empty_zero;
+    if (expect_error)
+        st->errors_expected++;
+    st->configs++;
+
+    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
+                                      c->empty_zero ? SDPA_EMPTY_ROWS_ZERO
+                                                    : SDPA_EMPTY_ROWS_ERROR),
+                     SDPA_OK);
+    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, c->threads),
+                     SDPA_OK);
+    /* Block sizes have no documented range beyond "0 = auto": accept a
+     * refusal of a particular size, and fall back to auto. */
+    int bs = sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_Q, c->block_q);
+    assert_true(bs == SDPA_OK || bs == SDPA_ERR_BAD_OPTION_VALUE);
+    if (bs != SDPA_OK)
+        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_Q, 0), SDPA_OK);
+    bs = sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, c->block_k);
+    assert_true(bs == SDPA_OK || bs == SDPA_ERR_BAD_OPTION_VALUE);
+    if (bs != SDPA_OK)
+        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, 0), SDPA_OK);
+
+    static const int kernels[] = {SDPA_KERNEL_PORTABLE, SDPA_KERNEL_AVX2};
+    for (int ki = 0; ki < 2; ++ki) {
+        int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, kernels[ki]);
+        if (ks == SDPA_ERR_UNSUPPORTED) {
+            st->kernels_skipped++;
+            continue;
+        }
+        assert_int_equal(ks, SDPA_OK);
+        for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
+            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
+            reset_outputs(&s);
+            int rc = sdpa_forward(ctx, &s.a);
+            int bad = 0;
+            if (rc == SDPA_ERR_UNSUPPORTED &&
+                (path == SDPA_PATH_TILED || path == SDPA_PATH_DECODE)) {
+                st->skipped[path]++;
+                bad = untouched(&s.out, s.map_out, 1) >= 0 ||
+                      untouched(&s.w, s.map_w, 1) >= 0 ||
+                      untouched(&s.lse, s.map_lse, 1) >= 0;
+                if (bad)
+                    print_message("  UNSUPPORTED but outputs were written "
+                                  "(path %s)\n",
+                                  path_name(path));
+            } else if (expect_error) {
+                if (rc != SDPA_ERR_FULLY_MASKED_ROW) {
+                    print_message("  expected FULLY_MASKED_ROW (b%lld h%lld "
+                                  "i%lld), got %s: %s (path %s)\n",
+                                  (long long)r.empty_b, (long long)r.empty_h,
+                                  (long long)r.empty_i, sdpa_status_string(rc),
+                                  sdpa_ctx_last_error(ctx), path_name(path));
+                    bad = 1;
+                } else if (untouched(&s.out, s.map_out, 1) >= 0 ||
+                           untouched(&s.w, s.map_w, 1) >= 0 ||
+                           untouched(&s.lse, s.map_lse, 1) >= 0) {
+                    print_message("  FULLY_MASKED_ROW but outputs were "
+                                  "written (path %s)\n",
+                                  path_name(path));
+                    bad = 1;
+                }
+                st->runs[path]++;
+            } else if (rc != SDPA_OK) {
+                print_message("  sdpa_forward failed: %s: %s (path %s kernel "
+                              "%d)\n",
+                              sdpa_status_string(rc), sdpa_ctx_last_error(ctx),
+                              path_name(path), kernels[ki]);
+                bad = 1;
+            } else {
+                st->runs[path]++;
+                bad = compare(c, &s, &r, &t, path, kernels[ki]);
+            }
+            if (bad) {
+                if (st->failures < 25)
+                    cfg_print(c);
+                st->failures++;
+            }
+        }
+    }
+    ref_free(&r);
+    inst_free(&s);
+}
+
+static void run_many(int dtype, uint64_t first, long count, int big)
+{
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    stats st;
+    memset(&st, 0, sizeof st);
+    memset(g_ratio, 0, sizeof g_ratio);
+    for (long i = 0; i < count; ++i) {
+        cfg c;
+        cfg_random(&c, first + (uint64_t)i, dtype, big);
+        run_config(ctx, &c, &st);
+    }
+    print_message("  %s: %ld configs (%ld expecting FULLY_MASKED_ROW); runs "
+                  "AUTO %ld, MATERIALISED %ld, TILED %ld (+%ld unsupported), "
+                  "DECODE %ld (+%ld unsupported); kernel skips %ld; "
+                  "failures %ld\n",
+                  dtype == SDPA_FLOAT32 ? "float" : "double", st.configs,
+                  st.errors_expected, st.runs[0], st.runs[1], st.runs[2],
+                  st.skipped[2], st.runs[3], st.skipped[3], st.kernels_skipped,
+                  st.failures);
+    print_message("  largest error/tolerance: out %.3g, weights %.3g, lse "
+                  "%.3g\n",
+                  g_ratio[0], g_ratio[1], g_ratio[2]);
+    sdpa_ctx_destroy(ctx);
+    assert_int_equal(st.failures, 0);
+    assert_int_equal(st.configs, count);
+    /* AUTO and MATERIALISED ran every configuration on every kernel. */
+    assert_int_equal(st.runs[0], st.runs[1]);
+    assert_true(st.runs[0] >= count);
+}
+
+static void test_random_float(void **state)
+{
+    (void)state;
+    run_many(SDPA_FLOAT32, 1000, 300, 0);
+}
+
+static void test_random_double(void **state)
+{
+    (void)state;
+    run_many(SDPA_FLOAT64, 1000, 300, 0);
+}
+
+static void test_random_float_long_keys(void **state)
+{
+    (void)state;
+    run_many(SDPA_FLOAT32, 50000, 40, 1);
+}
+
+static void test_random_double_long_keys(void **state)
+{
+    (void)state;
+    run_many(SDPA_FLOAT64, 50000, 40, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_float),
+        cmocka_unit_test(test_random_double),
+        cmocka_unit_test(test_random_float_long_keys),
+        cmocka_unit_test(test_random_double_long_keys),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

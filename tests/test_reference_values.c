@@ -1,0 +1,442 @@
+/*
+ * The reference values of SPEC.md, asserted to 1e-4 absolute as the textbook
+ * asks, in float and in double:
+ *   - the two-token example (weights A, outputs O), with the mask
+ *     M = [[0,1],[0,0]] and with SDPA_CAUSAL_TOP_LEFT (both give Am, Om);
+ *   - the masked softmax of S = [[0, 2, -inf], [1, -1, 0]] at scale 1, with
+ *     the -inf given by a bias, by a mask, and by a bias over zero scores;
+ *   - the post-softmax-zeroing pitfall (wrong: row sum 0.3302; ours: 1);
+ *   - a fully masked row: SDPA_ERR_FULLY_MASKED_ROW naming batch/head/row,
+ *     and under SDPA_EMPTY_ROWS_ZERO a zero row with lse = -inf.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "reference.h"
+#include "sdpa.h"
+#include "testutil.h"
+
+#define TOL 1e-4
+
+static int g_float = SDPA_FLOAT32;
+static int g_double = SDPA_FLOAT64;
+
+/* A contiguous BHTD tensor of the given dtype holding `vals` (row-major). */
+static tbuf mk(int dtype, const double *vals, int64_t n, int64_t h, int64_t t,
+               int64_t d)
+{
+    tbuf x;
+    tbuf_make(&x, dtype, n, h, t, d, LAYOUT_BHTD, 0);
+    int64_t k = 0;
+    for (int64_t a = 0; a < n; ++a)
+        for (int64_t b = 0; b < h; ++b)
+            for (int64_t c = 0; c < t; ++c)
+                for (int64_t e = 0; e < d; ++e, ++k)
+                    tset(&x, a, b, c, e, vals ? vals[k] : 0.0);
+    return x;
+}
+
+static void check_close(const char *what, int64_t idx, double got,
+                        double want, double tol)
+{
+    if (!(fabs(got - want) <= tol)) {
+        print_error("%s[%lld]: got %.9g, want %.9g (tol %g)\n", what,
+                    (long long)idx, got, want, tol);
+        fail();
+    }
+}
+
+static void check_all(const char *what, const tbuf *x, const double *want,
+                      double tol)
+{
+    int64_t k = 0;
+    const int64_t *s = x->t.shape;
+    for (int64_t a = 0; a < s[0]; ++a)
+        for (int64_t b = 0; b < s[1]; ++b)
+            for (int64_t c = 0; c < s[2]; ++c)
+                for (int64_t e = 0; e < s[3]; ++e, ++k)
+                    check_close(what, k, tget(x, a, b, c, e), want[k], tol);
+}
+
+/* The two-token example of SPEC.md. */
+static const double TQ[] = {1, 0, 0, 1};
+static const double TK[] = {1, 1, 2, 0};
+static const double TV[] = {1, 0, 0, 0, 1, 0};
+static const double TA[] = {0.3302, 0.6698, 0.6698, 0.3302};
+static const double TO[] = {0.3302, 0.6698, 0, 0.6698, 0.3302, 0};
+static const double TAm[] = {1, 0, 0.6698, 0.3302};
+static const double TOm[] = {1, 0, 0, 0.6698, 0.3302, 0};
+
+typedef struct two_token {
+    tbuf q, k, v, out, w, lse, mask;
+    sdpa_forward_args a;
+} two_token;
+
+static void two_token_init(two_token *t, int dtype)
+{
+    memset(t, 0, sizeof *t);
+    t->q = mk(dtype, TQ, 1, 1, 2, 2);
+    t->k = mk(dtype, TK, 1, 1, 2, 2);
+    t->v = mk(dtype, TV, 1, 1, 2, 3);
+    t->out = mk(dtype, NULL, 1, 1, 2, 3);
+    t->w = mk(dtype, NULL, 1, 1, 2, 2);
+    t->lse = mk(dtype, NULL, 1, 1, 2, 1);
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dtype;
+    a.q = t->q.t;
+    a.k = t->k.t;
+    a.v = t->v.t;
+    a.out = t->out.t;
+    a.weights = t->w.t;
+    a.lse = t->lse.t;
+    t->a = a;
+}
+
+static void two_token_free(two_token *t)
+{
+    tbuf_free(&t->q);
+    tbuf_free(&t->k);
+    tbuf_free(&t->v);
+    tbuf_free(&t->out);
+    tbuf_free(&t->w);
+    tbuf_free(&t->lse);
+    tbuf_free(&t->mask);
+}
+
+static void forward_ok(sdpa_ctx *ctx, const sdpa_forward_args *a)
+{
+    int st = sdpa_forward(ctx, a);
+    if (st != SDPA_OK)
+        print_error("sdpa_forward: %s (%s)\n", sdpa_status_string(st),
+                    sdpa_ctx_last_error(ctx));
+    assert_int_equal(st, SDPA_OK);
+    assert_string_equal(sdpa_ctx_last_error(ctx), "");
+}
+
+static void test_two_token(void **state)
+{
+    int dtype = *(int *)*state;
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    two_token t;
+    two_token_init(&t, dtype);
+    forward_ok(ctx, &t.a);
+    check_all("A", &t.w, TA, TOL);
+    check_all("O", &t.out, TO, TOL);
+    /* lse_i = log(exp(s_i1) + exp(s_i2)), s = [[1,2],[1,0]] / sqrt(2). */
+    const double r = 1.0 / sqrt(2.0);
+    const double lse[2] = {log(exp(r) + exp(2 * r)), log(exp(r) + 1.0)};
+    check_all("lse", &t.lse, lse, TOL);
+    /* Each weight row sums to 1. */
+    for (int64_t i = 0; i < 2; ++i)
+        check_close("row sum", i, tget(&t.w, 0, 0, i, 0) + tget(&t.w, 0, 0, i, 1),
+                    1.0, 1e-6);
+    two_token_free(&t);
+    sdpa_ctx_destroy(ctx);
+}
+
+static void test_two_token_mask(void **state)
+{
+    int dtype = *(int *)*state;
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    two_token t;
+    two_token_init(&t, dtype);
+    static const double M[] = {0, 1, 0, 0};
+    t.mask = mk(ELEM_U8, M, 1, 1, 2, 2);
+    t.a.mask = t.mask.t;
+    forward_ok(ctx, &t.a);
+    check_all("Am", &t.w, TAm, TOL);
+    check_all("Om", &t.out, TOm, TOL);
+    /* The forbidden weight is exactly 0, not merely small. */
+    assert_true(tget(&t.w, 0, 0, 0, 1) == 0.0);
+
+    /* The same mask in PyTorch's convention (nonzero = may attend). */
+    static const double Mt[] = {1, 0, 1, 1};
+    tbuf mt = mk(ELEM_U8, Mt, 1, 1, 2, 2);
+    t.a.mask = mt.t;
+    t.a.flags = SDPA_FLAG_MASK_NONZERO_ALLOWS;
+    forward_ok(ctx, &t.a);
+    check_all("Am(allows)", &t.w, TAm, TOL);
+    check_all("Om(allows)", &t.out, TOm, TOL);
+    tbuf_free(&mt);
+    two_token_free(&t);
+    sdpa_ctx_destroy(ctx);
+}
+
+static void test_two_token_causal(void **state)
+{
+    int dtype = *(int *)*state;
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    two_token t;
+    two_token_init(&t, dtype);
+    t.a.causal = SDPA_CAUSAL_TOP_LEFT;
+    forward_ok(ctx, &t.a);
+    check_all("Am", &t.w, TAm, TOL);
+    check_all("Om", &t.out, TOm, TOL);
+    assert_true(tget(&t.w, 0, 0, 0, 1) == 0.0);
+    /* Tq == Tk: BOTTOM_RIGHT is the same diagonal. */
+    t.a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
+    forward_ok(ctx, &t.a);
+    check_all("Am(br)", &t.w, TAm, TOL);
+    check_all("Om(br)", &t.out, TOm, TOL);
+    two_token_free(&t);
+    sdpa_ctx_destroy(ctx);
+}
+
+/*
+ * S = [[0, 2, -inf], [1, -1, 0]] at scale 1. With Dk = 2, q1 = e1, q2 = e2
+ * and k_j = (S_1j, S_2j), Q Kᵀ = S (k3 = (0, 0), its first entry forbidden
+ * separately). Expected A1 = (0.1192, 0.8808, 0), A2 = (0.6652, 0.0900,
+ * 0.2447).
+ */
+static const double SA[] = {0.1192, 0.8808, 0, 0.6652, 0.0900, 0.2447};
+
+typedef enum { VIA_BIAS, VIA_MASK, VIA_BIAS_SCORES } forbid_via;
+
+static void masked_softmax_case(int dtype, forbid_via via)
+{
+    static const double Q[] = {1, 0, 0, 1};
+    static const double K[] = {0, 1, 2, -1, 0, 0};
+    static const double Z[] = {0, 0, 0, 0};
+    /* V = identity(3): out equals the weights. */
+    static const double V[] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+    const double S[] = {0, 2, -INFINITY, 1, -1, 0};
+    const double B[] = {0, 0, -INFINITY, 0, 0, 0};
+    static const double M[] = {0, 0, 1, 0, 0, 0};
+
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    tbuf q = mk(dtype, via == VIA_BIAS_SCORES ? Z : Q, 1, 1, 2, 2);
+    tbuf k = mk(dtype, K, 1, 1, 3, 2);
+    tbuf v = mk(dtype, V, 1, 1, 3, 3);
+    tbuf out = mk(dtype, NULL, 1, 1, 2, 3);
+    tbuf w = mk(dtype, NULL, 1, 1, 2, 3);
+    tbuf extra;
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dtype;
+    a.scale = 1.0;
+    a.q = q.t;
+    a.k = k.t;
+    a.v = v.t;
+    a.out = out.t;
+    a.weights = w.t;
+    if (via == VIA_MASK) {
+        extra = mk(ELEM_U8, M, 1, 1, 2, 3);
+        a.mask = extra.t;
+    } else {
+        extra = mk(dtype, via == VIA_BIAS ? B : S, 1, 1, 2, 3);
+        a.bias = extra.t;
+    }
+    forward_ok(ctx, &a);
+    check_all("A", &w, SA, TOL);
+    check_all("O", &out, SA, TOL);
+    assert_true(tget(&w, 0, 0, 0, 2) == 0.0);
+    assert_true(tget(&out, 0, 0, 0, 2) == 0.0);
+    tbuf_free(&q);
+    tbuf_free(&k);
+    tbuf_free(&v);
+    tbuf_free(&out);
+    tbuf_free(&w);
+    tbuf_free(&extra);
+    sdpa_ctx_destroy(ctx);
+}
+
+static void test_masked_softmax_bias(void **state)
+{
+    masked_softmax_case(*(int *)*state, VIA_BIAS);
+}
+
+static void test_masked_softmax_mask(void **state)
+{
+    masked_softmax_case(*(int *)*state, VIA_MASK);
+}
+
+static void test_masked_softmax_bias_scores(void **state)
+{
+    masked_softmax_case(*(int *)*state, VIA_BIAS_SCORES);
+}
+
+/* Zeroing the forbidden weight after an unmasked softmax leaves a first row
+ * summing to 0.3302; masking before the softmax gives exactly 1. */
+static void test_post_softmax_pitfall(void **state)
+{
+    int dtype = *(int *)*state;
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    two_token t;
+    two_token_init(&t, dtype);
+    forward_ok(ctx, &t.a);
+    double wrong = tget(&t.w, 0, 0, 0, 0); /* A[0][1] zeroed afterwards */
+    check_close("wrong row sum", 0, wrong, 0.3302, TOL);
+
+    static const double M[] = {0, 1, 0, 0};
+    t.mask = mk(ELEM_U8, M, 1, 1, 2, 2);
+    t.a.mask = t.mask.t;
+    forward_ok(ctx, &t.a);
+    double right = tget(&t.w, 0, 0, 0, 0) + tget(&t.w, 0, 0, 0, 1);
+    check_close("row sum", 0, right, 1.0, 1e-6);
+    assert_true(fabs(right - wrong) > 0.5);
+    two_token_free(&t);
+    sdpa_ctx_destroy(ctx);
+}
+
+/*
+ * N = 2, H = 3, the two-token example in every slice; the mask forbids both
+ * keys of (batch 1, head 2, row 1) only.
+ */
+typedef struct fm {
+    tbuf q, k, v, out, w, lse, mask;
+    sdpa_forward_args a;
+} fm;
+
+static void fm_init(fm *f, int dtype)
+{
+    double q[2 * 3 * 4], k[2 * 3 * 4], v[2 * 3 * 6], m[2 * 3 * 4];
+    for (int s = 0; s < 6; ++s) {
+        memcpy(q + 4 * s, TQ, sizeof TQ);
+        memcpy(k + 4 * s, TK, sizeof TK);
+        memcpy(v + 6 * s, TV, sizeof TV);
+    }
+    memset(m, 0, sizeof m);
+    m[(1 * 3 + 2) * 4 + 2] = 1; /* b1 h2 row1 key0 */
+    m[(1 * 3 + 2) * 4 + 3] = 1; /* b1 h2 row1 key1 */
+    f->q = mk(dtype, q, 2, 3, 2, 2);
+    f->k = mk(dtype, k, 2, 3, 2, 2);
+    f->v = mk(dtype, v, 2, 3, 2, 3);
+    f->out = mk(dtype, NULL, 2, 3, 2, 3);
+    f->w = mk(dtype, NULL, 2, 3, 2, 2);
+    f->lse = mk(dtype, NULL, 2, 3, 2, 1);
+    f->mask = mk(ELEM_U8, m, 2, 3, 2, 2);
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dtype;
+    a.q = f->q.t;
+    a.k = f->k.t;
+    a.v = f->v.t;
+    a.out = f->out.t;
+    a.weights = f->w.t;
+    a.lse = f->lse.t;
+    a.mask = f->mask.t;
+    f->a = a;
+}
+
+static void fm_free(fm *f)
+{
+    tbuf_free(&f->q);
+    tbuf_free(&f->k);
+    tbuf_free(&f->v);
+    tbuf_free(&f->out);
+    tbuf_free(&f->w);
+    tbuf_free(&f->lse);
+    tbuf_free(&f->mask);
+}
+
+static void test_fully_masked_row_error(void **state)
+{
+    int dtype = *(int *)*state;
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    fm f;
+    fm_init(&f, dtype);
+    fill_sentinel(f.out.mem, f.out.elems * f.out.esize);
+    fill_sentinel(f.w.mem, f.w.elems * f.w.esize);
+    fill_sentinel(f.lse.mem, f.lse.elems * f.lse.esize);
+    assert_int_equal(sdpa_forward(ctx, &f.a), SDPA_ERR_FULLY_MASKED_ROW);
+    const char *msg = sdpa_ctx_last_error(ctx);
+    assert_non_null(msg);
+    print_message("  message: %s\n", msg);
+    assert_true(strlen(msg) > 0);
+    /* batch 1, head 2, row 1: the numbers 1 and 2 and the word "row". */
+    assert_non_null(strstr(msg, "1"));
+    assert_non_null(strstr(msg, "2"));
+    assert_non_null(strstr(msg, "row"));
+    /* Detected before computing: outputs untouched. */
+    assert_int_equal(first_non_sentinel(f.out.mem, f.out.elems * f.out.esize), -1);
+    assert_int_equal(first_non_sentinel(f.w.mem, f.w.elems * f.w.esize), -1);
+    assert_int_equal(first_non_sentinel(f.lse.mem, f.lse.elems * f.lse.esize), -1);
+    fm_free(&f);
+    sdpa_ctx_destroy(ctx);
+}
+
+static void test_fully_masked_row_zero(void **state)
+{
+    int dtype = *(int *)*state;
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    assert_int_equal(
+        sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
+        SDPA_OK);
+    fm f;
+    fm_init(&f, dtype);
+    fill_sentinel(f.out.mem, f.out.elems * f.out.esize);
+    forward_ok(ctx, &f.a);
+    const double r = 1.0 / sqrt(2.0);
+    const double lse[2] = {log(exp(r) + exp(2 * r)), log(exp(r) + 1.0)};
+    for (int64_t b = 0; b < 2; ++b)
+        for (int64_t h = 0; h < 3; ++h)
+            for (int64_t i = 0; i < 2; ++i) {
+                if (b == 1 && h == 2 && i == 1) {
+                    for (int64_t c = 0; c < 3; ++c)
+                        assert_true(tget(&f.out, b, h, i, c) == 0.0);
+                    for (int64_t j = 0; j < 2; ++j)
+                        assert_true(tget(&f.w, b, h, i, j) == 0.0);
+                    double l = tget(&f.lse, b, h, i, 0);
+                    assert_true(isinf(l) && l < 0);
+                    continue;
+                }
+                for (int64_t c = 0; c < 3; ++c)
+                    check_close("O", c, tget(&f.out, b, h, i, c), TO[i * 3 + c], TOL);
+                for (int64_t j = 0; j < 2; ++j)
+                    check_close("A", j, tget(&f.w, b, h, i, j), TA[i * 2 + j], TOL);
+                check_close("lse", i, tget(&f.lse, b, h, i, 0), lse[i], TOL);
+            }
+    fm_free(&f);
+    sdpa_ctx_destroy(ctx);
+}
+
+/* The test reference itself must reproduce the textbook numbers too. */
+static void test_reference_agrees(void **state)
+{
+    int dtype = *(int *)*state;
+    two_token t;
+    two_token_init(&t, dtype);
+    ref_result r;
+    assert_int_equal(ref_forward(&t.a, &r), 0);
+    for (int i = 0; i < 4; ++i)
+        check_close("ref A", i, (double)r.weights[i], TA[i], TOL);
+    for (int i = 0; i < 6; ++i)
+        check_close("ref O", i, (double)r.out[i], TO[i], TOL);
+    assert_false(r.any_empty);
+    ref_free(&r);
+    two_token_free(&t);
+}
+
+#define BOTH(fn)                                                               \
+    {#fn "_float", fn, NULL, NULL, &g_float},                                  \
+        {#fn "_double", fn, NULL, NULL, &g_double}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        BOTH(test_reference_agrees),
+        BOTH(test_two_token),
+        BOTH(test_two_token_mask),
+        BOTH(test_two_token_causal),
+        BOTH(test_masked_softmax_bias),
+        BOTH(test_masked_softmax_mask),
+        BOTH(test_masked_softmax_bias_scores),
+        BOTH(test_post_softmax_pitfall),
+        BOTH(test_fully_masked_row_error),
+        BOTH(test_fully_masked_row_zero),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
