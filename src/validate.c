@@ -25,6 +25,7 @@ typedef struct tensor_rule {
     bool is_output;
     bool broadcastable; /* N, H, T may be broadcast (extent 1 or stride 0) */
     bool rows_for_blas; /* row stride is a BLAS leading dimension */
+    bool single_column; /* lse: one value per row, stride[3] unused */
     size_t elem_size;
     int64_t expect[4];  /* exact extents; broadcastable dims may also be 1 */
 } tensor_rule;
@@ -110,8 +111,7 @@ static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
         if (t->shape[d] == 1)
             stride[d] = 0; /* a single index never moves: broadcast */
     }
-    bool is_lse = r->expect[D_DIM] == 1 && strcmp(r->name, "lse") == 0;
-    if (!is_lse && t->stride[D_DIM] != 1 && t->shape[D_DIM] > 1)
+    if (!r->single_column && t->stride[D_DIM] != 1 && t->shape[D_DIM] > 1)
         return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
                          "sdpa_forward: %s.stride[3] is %lld, the innermost "
                          "stride must be 1",
@@ -150,6 +150,7 @@ static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
 
 typedef struct byte_range {
     const char *name;
+    bool is_output;
     uintptr_t begin, end;
 } byte_range;
 
@@ -269,47 +270,42 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
         ctx->options[SDPA_OPT_EMPTY_ROWS] == SDPA_EMPTY_ROWS_ZERO;
     p->softcap = args->softcap;
 
-    const struct {
-        const char *name;
-        const sdpa_tensor *t;
-    } required[] = {{"q", &args->q}, {"k", &args->k}, {"v", &args->v},
-                    {"out", &args->out}};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (!required[i].t->data)
-            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                             "sdpa_forward: %s.data is NULL",
-                             required[i].name);
-    if (args->q.shape[N_DIM] > 0 && args->q.shape[H_DIM] > 0 &&
-        args->k.shape[H_DIM] > 0 &&
-        args->q.shape[H_DIM] % args->k.shape[H_DIM] != 0)
-        return sdpa_fail(ctx, SDPA_ERR_HEAD_GROUPING,
-                         "sdpa_forward: q has %lld heads, not a multiple of "
-                         "the %lld heads of k",
-                         (long long)args->q.shape[H_DIM],
-                         (long long)args->k.shape[H_DIM]);
-
     int64_t n = args->q.shape[N_DIM], hq = args->q.shape[H_DIM];
     int64_t tq = args->q.shape[T_DIM], dk = args->q.shape[D_DIM];
     int64_t hkv = args->k.shape[H_DIM], tk = args->k.shape[T_DIM];
     int64_t dv = args->v.shape[D_DIM];
     size_t es = p->elem_size;
-    /* Order matters: q first fixes N, Hq, Tq, Dk; k fixes Hkv, Tk; v Dv. */
+    /* q fixes N, Hq, Tq, Dk; k fixes Hkv, Tk; v fixes Dv. Columns: name, tensor, view, required, is_output, broadcastable,
+     * rows_for_blas, single_column, element size, expected extents */
     tensor_rule rules[] = {
-        {"q", &args->q, &p->q, true, false, false, true, es, {n, hq, tq, dk}},
-        {"k", &args->k, &p->k, true, false, false, true, es, {n, hkv, tk, dk}},
-        {"v", &args->v, &p->v, true, false, false, true, es, {n, hkv, tk, dv}},
-        {"mask", &args->mask, &p->mask, false, false, true, false, 1,
+        {"q", &args->q, &p->q, true, false, false, true, false, es,
+         {n, hq, tq, dk}},
+        {"k", &args->k, &p->k, true, false, false, true, false, es,
+         {n, hkv, tk, dk}},
+        {"v", &args->v, &p->v, true, false, false, true, false, es,
+         {n, hkv, tk, dv}},
+        {"mask", &args->mask, &p->mask, false, false, true, false, false, 1,
          {n, hq, tq, tk}},
-        {"bias", &args->bias, &p->bias, false, false, true, false, es,
+        {"bias", &args->bias, &p->bias, false, false, true, false, false, es,
          {n, hq, tq, tk}},
-        {"out", &args->out, &p->out, true, true, false, true, es,
+        {"out", &args->out, &p->out, true, true, false, true, false, es,
          {n, hq, tq, dv}},
-        {"weights", &args->weights, &p->weights, false, true, false, true, es,
-         {n, hq, tq, tk}},
-        {"lse", &args->lse, &p->lse, false, true, false, false, es,
+        {"weights", &args->weights, &p->weights, false, true, false, true,
+         false, es, {n, hq, tq, tk}},
+        {"lse", &args->lse, &p->lse, false, true, false, false, true, es,
          {n, hq, tq, 1}},
     };
     enum { RULES = sizeof rules / sizeof rules[0] };
+    for (int i = 0; i < RULES; i++)
+        if (rules[i].required && !rules[i].tensor->data)
+            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
+                             "sdpa_forward: %s.data is NULL", rules[i].name);
+    if (hq > 0 && hkv > 0 && hq % hkv != 0)
+        return sdpa_fail(ctx, SDPA_ERR_HEAD_GROUPING,
+                         "sdpa_forward: q has %lld heads, not a multiple of "
+                         "the %lld heads of k",
+                         (long long)hq, (long long)hkv);
+
     byte_range ranges[RULES + 1];
     int nranges = 0;
     for (int i = 0; i < RULES; i++) {
@@ -325,7 +321,7 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
             size_t bytes = 0;
             status = check_strides(ctx, r, &bytes);
             ranges[nranges++] = (byte_range){
-                r->name, (uintptr_t)r->tensor->data,
+                r->name, r->is_output, (uintptr_t)r->tensor->data,
                 (uintptr_t)r->tensor->data + bytes};
         }
         if (status != SDPA_OK)
@@ -340,20 +336,15 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
                                  "outside [0, Tk = %lld]",
                                  (long long)b, (long long)args->kv_lens[b],
                                  (long long)tk);
-        ranges[nranges++] = (byte_range){
-            "kv_lens", (uintptr_t)args->kv_lens,
-            (uintptr_t)(args->kv_lens + n)};
+        ranges[nranges++] = (byte_range){"kv_lens", false,
+                                         (uintptr_t)args->kv_lens,
+                                         (uintptr_t)(args->kv_lens + n)};
     }
 
     /* Outputs must not meet each other or any input. */
     for (int a = 0; a < nranges; a++)
         for (int b = a + 1; b < nranges; b++) {
-            bool a_out = !strcmp(ranges[a].name, "out") ||
-                         !strcmp(ranges[a].name, "weights") ||
-                         !strcmp(ranges[a].name, "lse");
-            bool b_out = !strcmp(ranges[b].name, "out") ||
-                         !strcmp(ranges[b].name, "weights") ||
-                         !strcmp(ranges[b].name, "lse");
+            bool a_out = ranges[a].is_output, b_out = ranges[b].is_output;
             if ((a_out || b_out) && ranges_meet(&ranges[a], &ranges[b]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
                                  "sdpa_forward: output %s overlaps %s %s",
