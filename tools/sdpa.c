@@ -1,0 +1,177 @@
+/*
+ * sdpa — the libsdpa command-line tool.
+ *
+ *   sdpa demo        the SPEC.md two-token example, unmasked and causal
+ *   sdpa --version   tool, header and library versions
+ *   sdpa --help      this list
+ *
+ * Subcommands live in one table (`commands` below): a new one (bench, plan,
+ * ...) is a function with the signature of `command_fn` and one table row.
+ */
+#include <sdpa.h>
+
+#include <stdio.h>
+#include <string.h>
+
+typedef int (*command_fn)(int argc, char **argv);
+
+struct command {
+    const char *name;
+    const char *summary;
+    command_fn run;
+};
+
+static int cmd_demo(int argc, char **argv);
+static int cmd_version(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+static const struct command commands[] = {
+    {"demo", "compute the two-token example of SPEC.md and print it", cmd_demo},
+    {"version", "print the tool, header and library versions", cmd_version},
+    {"help", "print this help", cmd_help},
+};
+
+#define NUM_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sdpa <command> [options]\n"
+            "       sdpa --version | --help\n\n"
+            "libsdpa %s: exact scaled dot-product attention on CPUs.\n\n"
+            "commands:\n",
+            sdpa_version_string());
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+/* ------------------------------------------------------------------------ */
+/* sdpa demo                                                                 */
+/* ------------------------------------------------------------------------ */
+
+enum { T = 2, DK = 2, DV = 3 };
+
+/* Prints two row-major matrices side by side: A (rows × a_cols) and
+ * O (rows × o_cols). */
+static void print_pair(const float *a, int a_cols, const float *o, int o_cols,
+                       int rows)
+{
+    printf("    %-20s %s\n", "weights A", "output O");
+    for (int i = 0; i < rows; i++) {
+        int width = 0;
+        width += printf("    [");
+        for (int j = 0; j < a_cols; j++)
+            width += printf(j ? "  %.4f" : "%.4f", (double)a[i * a_cols + j]);
+        width += printf("]");
+        printf("%*s[", 25 - width, "");
+        for (int j = 0; j < o_cols; j++)
+            printf(j ? "  %.4f" : "%.4f", (double)o[i * o_cols + j]);
+        printf("]\n");
+    }
+}
+
+static int run_example(sdpa_ctx *ctx, int causal, float *q, float *k, float *v,
+                       float *weights, float *out)
+{
+    sdpa_forward_args args = SDPA_FORWARD_ARGS_INIT;
+    args.dtype = SDPA_FLOAT32;
+    args.causal = causal;
+    args.q = sdpa_tensor_bhtd(q, 1, 1, T, DK);
+    args.k = sdpa_tensor_bhtd(k, 1, 1, T, DK);
+    args.v = sdpa_tensor_bhtd(v, 1, 1, T, DV);
+    args.out = sdpa_tensor_bhtd(out, 1, 1, T, DV);
+    args.weights = sdpa_tensor_bhtd(weights, 1, 1, T, T);
+    int status = sdpa_forward(ctx, &args);
+    if (status != SDPA_OK)
+        fprintf(stderr, "sdpa: sdpa_forward failed: %s (%s)\n",
+                sdpa_status_string(status), sdpa_ctx_last_error(ctx));
+    return status;
+}
+
+static int cmd_demo(int argc, char **argv)
+{
+    (void)argv;
+    if (argc > 1) {
+        fprintf(stderr, "sdpa demo: takes no arguments\n");
+        return 2;
+    }
+    float q[T * DK] = {1, 0, 0, 1};
+    float k[T * DK] = {1, 1, 2, 0};
+    float v[T * DV] = {1, 0, 0, 0, 1, 0};
+    float weights[T * T], out[T * DV];
+
+    sdpa_ctx *ctx = NULL;
+    int status = sdpa_ctx_create(&ctx);
+    if (status != SDPA_OK) {
+        fprintf(stderr, "sdpa: sdpa_ctx_create failed: %s\n",
+                sdpa_status_string(status));
+        return 1;
+    }
+
+    printf("libsdpa %s: the two-token example of SPEC.md\n\n",
+           sdpa_version_string());
+    printf("  Q = [[1, 0], [0, 1]]   K = [[1, 1], [2, 0]]   "
+           "V = [[1, 0, 0], [0, 1, 0]]\n");
+    printf("  dk = %d, dv = %d, T = %d, scale = 1/sqrt(dk) = %.4f\n", DK, DV, T,
+           0.70710678);
+    printf("  O = softmax(Q K^T * scale + mask) V\n\n");
+
+    printf("  unmasked (SDPA_CAUSAL_NONE):\n");
+    status = run_example(ctx, SDPA_CAUSAL_NONE, q, k, v, weights, out);
+    if (status == SDPA_OK) {
+        print_pair(weights, T, out, DV, T);
+        printf("\n  causal (SDPA_CAUSAL_TOP_LEFT, i.e. mask M = [[0, 1], "
+               "[0, 0]]):\n");
+        status = run_example(ctx, SDPA_CAUSAL_TOP_LEFT, q, k, v, weights, out);
+    }
+    if (status == SDPA_OK) {
+        print_pair(weights, T, out, DV, T);
+        printf("\n  Every row of A sums to 1; forbidden keys get weight "
+               "exactly 0.\n");
+    }
+    sdpa_ctx_destroy(ctx);
+    return status == SDPA_OK ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* sdpa version / help                                                       */
+/* ------------------------------------------------------------------------ */
+
+static int cmd_version(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("sdpa %s\n", SDPA_VERSION_STRING);
+    printf("header  %s (%d)\n", SDPA_VERSION_STRING, SDPA_VERSION_NUMBER);
+    printf("library %s (%u)\n", sdpa_version_string(), sdpa_version_number());
+    return 0;
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    usage(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0)
+        name = "version";
+    else if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)
+        name = "help";
+
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+
+    fprintf(stderr, "sdpa: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
