@@ -9,22 +9,12 @@
  * (b, KV head)'s chunks exactly, in chunk order.
  */
 #include "online_softmax.h"
-#include "template.h"
 #include "vexp.h"
 
 #include <math.h>
 
-#define T float
-#define SUF f32
-#include "path_decode_impl.h"
-#undef T
-#undef SUF
-
-#define T double
-#define SUF f64
-#include "path_decode_impl.h"
-#undef T
-#undef SUF
+#define SDPA_TEMPLATE "path_decode_impl.h"
+#include "instantiate.h"
 
 int sdpa_decode_chunk_item(const sdpa_problem *p, const sdpa_plan *plan,
                            int kernel, void *scratch, int64_t item,

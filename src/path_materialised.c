@@ -3,26 +3,12 @@
  * for float and double. */
 #include "internal.h"
 #include "rows.h"
-#include "template.h"
 
 #include <cblas.h>
 #include <math.h>
 
-#define T float
-#define SUF f32
-#define GEMM cblas_sgemm
-#include "path_materialised_impl.h"
-#undef T
-#undef SUF
-#undef GEMM
-
-#define T double
-#define SUF f64
-#define GEMM cblas_dgemm
-#include "path_materialised_impl.h"
-#undef T
-#undef SUF
-#undef GEMM
+#define SDPA_TEMPLATE "path_materialised_impl.h"
+#include "instantiate.h"
 
 int sdpa_materialised_item(const sdpa_problem *p, const sdpa_plan *plan,
                            int kernel, void *scratch, int64_t item,

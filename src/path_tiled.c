@@ -6,19 +6,9 @@
  * (blocks no row can see are never computed).
  */
 #include "online_softmax.h"
-#include "template.h"
 
-#define T float
-#define SUF f32
-#include "path_tiled_impl.h"
-#undef T
-#undef SUF
-
-#define T double
-#define SUF f64
-#include "path_tiled_impl.h"
-#undef T
-#undef SUF
+#define SDPA_TEMPLATE "path_tiled_impl.h"
+#include "instantiate.h"
 
 int sdpa_tiled_item(const sdpa_problem *p, const sdpa_plan *plan, int kernel,
                     void *scratch, int64_t item, sdpa_where *where)

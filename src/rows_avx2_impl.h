@@ -1,5 +1,6 @@
 /* AVX2+FMA row kernels, one instantiation per T/SUF with the vector macros
  * of rows_avx2.c (W lanes of type VT). Tails use the scalar kernels' math. */
+#include "rows_scalar_impl.h"
 
 /* exp(x) for x <= 0, the method of vexp.h on W lanes at once. */
 static inline VT NAME(vexp_neg)(VT x)
@@ -53,16 +54,8 @@ static T NAME(avx2_mask_max)(T *x, int64_t n, const T *bias,
     VSTORE(lanes, vmax);
     for (int l = 0; l < W; l++)
         m = lanes[l] > m ? lanes[l] : m;
-    for (; j < n; j++) {
-        T v = x[j];
-        if (bias)
-            v += bias[j];
-        if (mask && (mask[j] != 0) != mask_nonzero_allows)
-            v = (T)-INFINITY;
-        x[j] = v;
-        m = v > m ? v : m;
-        nan |= v != v;
-    }
+    m = NAME(scalar_mask_max)(x, j, n, bias, mask, mask_nonzero_allows, m,
+                              &nan);
     return nan ? (T)NAN : m;
 }
 
@@ -89,12 +82,7 @@ static T NAME(avx2_exp_sum)(T *x, int64_t n, T m)
     VSTORE(lanes, VADD(acc0, acc1));
     for (int l = 0; l < W; l++)
         sum += lanes[l];
-    for (; j < n; j++) {
-        T e = NAME(sdpa_exp_neg)(x[j] - m);
-        x[j] = e;
-        sum += e;
-    }
-    return sum;
+    return NAME(scalar_exp_sum)(x, j, n, m, sum);
 }
 
 static void NAME(avx2_scale)(T *x, int64_t n, T c)
@@ -103,8 +91,7 @@ static void NAME(avx2_scale)(T *x, int64_t n, T c)
     int64_t j = 0;
     for (; j + W <= n; j += W)
         VSTORE(x + j, VMUL(VLOAD(x + j), vc));
-    for (; j < n; j++)
-        x[j] *= c;
+    NAME(scalar_scale)(x, j, n, c);
 }
 
 const NAME(sdpa_row_kernels) NAME(sdpa_rows_avx2) = {
