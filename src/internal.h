@@ -165,6 +165,12 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
                    sdpa_where *where);
 void sdpa_pool_destroy(sdpa_ctx *ctx);
 
+/* Threads the linked CBLAS may use inside one gemm (1 if unknown), and the
+ * largest M·N·K it runs on the calling thread alone (see blas_threads.c). */
+int sdpa_blas_threads(void);
+#define SDPA_BLAS_SERIAL_MNK 262144 /* gemm: 65536 · 4 */
+#define SDPA_BLAS_SERIAL_MN 9216    /* gemv: 2304 · 4 */
+
 /* CPU detection (cached): does this CPU run the AVX2+FMA kernel? */
 bool sdpa_cpu_has_avx2_fma(void);
 

@@ -25,6 +25,10 @@
  * 256×512 measured 1.01, 128×256 1.05, 64×256 1.07. */
 #define TILED_BLOCK_Q 256
 #define TILED_BLOCK_K 512
+/* When the BLAS runs its own threads, tiles small enough that every gemm
+ * stays on the calling thread (M·N·K <= SDPA_BLAS_SERIAL_MNK), so that
+ * several workers can run gemms side by side. */
+#define SERIAL_BLOCK_K 64
 
 /* Decode: AUTO takes it when a KV head serves at most this many query rows
  * (group · Tq), and splits the keys into chunks of this many. */
@@ -95,6 +99,39 @@ static int choose_path(sdpa_ctx *ctx, const sdpa_problem *p)
     return (int)path;
 }
 
+/* The largest M·N·K of the plan's gemms and M·N of its gemvs. */
+static void largest_calls(const sdpa_problem *p, const sdpa_plan *plan,
+                          double *gemm_mnk, double *gemv_mn)
+{
+    double dmax = (double)(p->dim_k > p->dim_v ? p->dim_k : p->dim_v);
+    double rows = (double)plan->rows;
+    double keys = plan->path == SDPA_PATH_MATERIALISED ? (double)p->len_k
+                                                       : (double)plan->block_k;
+    *gemm_mnk = rows > 1 ? rows * keys * dmax : 0;
+    *gemv_mn = rows > 1 ? 0 : keys * dmax;
+}
+
+/* Tile sizes for the tiled path: the options, else the defaults, else
+ * (BLAS threads inside gemms) tiles whose gemms the BLAS runs serially. */
+static void tiled_blocks(const sdpa_ctx *ctx, const sdpa_problem *p,
+                         bool blas_parallel, int64_t *block_q,
+                         int64_t *block_k)
+{
+    int64_t bq = TILED_BLOCK_Q, bk = TILED_BLOCK_K;
+    if (blas_parallel) {
+        int64_t dmax = p->dim_k > p->dim_v ? p->dim_k : p->dim_v;
+        bk = SERIAL_BLOCK_K;
+        bq = SDPA_BLAS_SERIAL_MNK / (bk * dmax);
+        bq = bq < MIN_BLOCK_Q ? MIN_BLOCK_Q : min64(bq, TILED_BLOCK_Q);
+    }
+    if (ctx->options[SDPA_OPT_BLOCK_Q])
+        bq = ctx->options[SDPA_OPT_BLOCK_Q];
+    if (ctx->options[SDPA_OPT_BLOCK_K])
+        bk = ctx->options[SDPA_OPT_BLOCK_K];
+    *block_q = min64(bq, p->len_q);
+    *block_k = min64(bk, p->len_k);
+}
+
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
 {
     int path = choose_path(ctx, p);
@@ -104,8 +141,8 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
     plan->path = path;
     const int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
     const int64_t n = p->batch, dk = p->dim_k, dv = p->dim_v;
-    int64_t opt_q = ctx->options[SDPA_OPT_BLOCK_Q];
     int64_t opt_k = ctx->options[SDPA_OPT_BLOCK_K];
+    const bool blas_parallel = sdpa_blas_threads() > 1;
     bool ok = true;
 
     switch (path) {
@@ -124,8 +161,7 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         break;
     }
     case SDPA_PATH_TILED:
-        plan->block_q = min64(opt_q ? opt_q : TILED_BLOCK_Q, p->len_q);
-        plan->block_k = min64(opt_k ? opt_k : TILED_BLOCK_K, p->len_k);
+        tiled_blocks(ctx, p, blas_parallel, &plan->block_q, &plan->block_k);
         plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
         plan->rows = plan->block_q;
@@ -156,5 +192,13 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
                          "sdpa_forward: the scratch size overflows");
     int64_t threads = ctx->options[SDPA_OPT_NUM_THREADS];
     plan->threads = (int)min64(threads, plan->work_items);
+    /* Workers whose gemms the BLAS threads would queue on its lock: let the
+     * BLAS use the cores instead. Only the worker count changes, never the
+     * blocks, so results stay bitwise the same. */
+    double gemm_mnk, gemv_mn;
+    largest_calls(p, plan, &gemm_mnk, &gemv_mn);
+    if (blas_parallel && (gemm_mnk > SDPA_BLAS_SERIAL_MNK ||
+                          gemv_mn > SDPA_BLAS_SERIAL_MN))
+        plan->threads = 1;
     return SDPA_OK;
 }

@@ -11,6 +11,7 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/path_decode.c
     ${CMAKE_CURRENT_LIST_DIR}/online_softmax.c
     ${CMAKE_CURRENT_LIST_DIR}/pool.c
+    ${CMAKE_CURRENT_LIST_DIR}/blas_threads.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_dispatch.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_portable.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_avx2.c
