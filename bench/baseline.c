@@ -1,0 +1,74 @@
+/* The two reference programs the library is measured against. The float and
+ * double versions are one body (baseline_tmpl.h) instantiated twice. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "bench.h"
+
+/* Every extent and leading dimension of the suite fits a BLAS int. */
+static int blas_int(int64_t x) { return (int)x; }
+
+/* Keys query row i may see among the first `len`: the causal limit. */
+static int64_t allowed_keys(const bench_shape *s, int64_t i, int64_t len)
+{
+    int64_t limit = len;
+    if (s->causal == SDPA_CAUSAL_TOP_LEFT)
+        limit = i + 1;
+    else if (s->causal == SDPA_CAUSAL_BOTTOM_RIGHT)
+        limit = i + (len - s->tq) + 1;
+    return limit < len ? limit : len;
+}
+
+#define BT float
+#define BSUF f
+#define BGEMM cblas_sgemm
+#define BEXP expf
+#include "baseline_tmpl.h"
+
+#define BT double
+#define BSUF d
+#define BGEMM cblas_dgemm
+#define BEXP exp
+#include "baseline_tmpl.h"
+
+int bench_baseline_init(bench_baseline *b, const bench_shape *s,
+                        size_t budget_bytes)
+{
+    memset(b, 0, sizeof *b);
+    size_t row_bytes = (size_t)s->tk * bench_elem_size(s->dtype);
+    int64_t rows = (int64_t)(budget_bytes / row_bytes);
+    if (rows < 1)
+        rows = 1;
+    if (rows > s->tq)
+        rows = s->tq;
+    b->row_block = rows;
+    b->s_bytes = (size_t)rows * row_bytes;
+    size_t rounded = (b->s_bytes + 63u) & ~(size_t)63u;
+    b->s = aligned_alloc(64, rounded);
+    if (!b->s)
+        return -1;
+    memset(b->s, 0, rounded); /* touch: resident before any timing */
+    return 0;
+}
+
+void bench_baseline_free(bench_baseline *b)
+{
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}
+
+void bench_bare_gemms(const bench_data *d, bench_baseline *b)
+{
+    if (d->shape->dtype == SDPA_FLOAT64)
+        bare_d(d, b);
+    else
+        bare_f(d, b);
+}
+
+int bench_naive(const bench_data *d, bench_baseline *b)
+{
+    return d->shape->dtype == SDPA_FLOAT64 ? naive_d(d, b) : naive_f(d, b);
+}

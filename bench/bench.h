@@ -1,0 +1,175 @@
+/*
+ * sdpa-bench — shared declarations of the benchmark program.
+ *
+ * One concern per file:
+ *   shapes.c    the fixed suite of shapes and their flop / byte counts
+ *   tensors.c   input generation (fixed-seed PRNG), output comparison
+ *   baseline.c  the two reference programs: bare CBLAS gemms and the naive
+ *               gemm → scalar softmax → gemm (float and double instantiated
+ *               from baseline_tmpl.h)
+ *   sysinfo.c   clock, process memory (VmRSS / VmHWM), read bandwidth
+ *   report.c    the human table and the --json output
+ *   main.c      options and the interleaved measurement loop
+ */
+#ifndef SDPA_BENCH_H
+#define SDPA_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdpa.h"
+
+#define BENCH_MAX_BATCH 8
+#define BENCH_MIB (1024.0 * 1024.0)
+
+/* ---------------------------------------------------------------- shapes */
+
+typedef struct bench_shape {
+    const char *name; /* "A", "G8", ... selected with --only */
+    const char *what; /* one-line description for the table header */
+    int dtype;        /* SDPA_FLOAT32 / SDPA_FLOAT64 */
+    int64_t n, hq, hkv, tq, tk, dk, dv;
+    int causal;                       /* SDPA_CAUSAL_* */
+    int has_kv_lens;                  /* kv_lens below are used */
+    int64_t kv_lens[BENCH_MAX_BATCH]; /* valid key count per batch item */
+    int max_reps;     /* 0 = adaptive; 1 = one cold timed run (huge shapes) */
+    int decode;       /* report K+V read bandwidth for this shape */
+} bench_shape;
+
+/* The fixed suite, in run order. */
+const bench_shape *bench_shapes(size_t *count);
+
+/* Valid keys of batch item b (kv_lens[b] or Tk). */
+int64_t bench_shape_kv_len(const bench_shape *s, int64_t b);
+
+/* Useful flops of one forward call: 2·Hq·Tq·(Dk+Dv)·Σ_b L_b, halved when
+ * causal. The same count is used for every variant of a shape, so GFLOP/s
+ * compare like time does. */
+double bench_shape_flops(const bench_shape *s);
+
+/* Bytes of K and V an attention call must read: Σ_b Hkv·L_b·(Dk+Dv)·elem. */
+double bench_shape_kv_bytes(const bench_shape *s);
+
+size_t bench_elem_size(int dtype);
+const char *bench_dtype_name(int dtype);
+const char *bench_causal_name(int causal);
+
+/* --------------------------------------------------------------- tensors */
+
+/* Inputs and outputs of one shape, contiguous in (N, H, T, D) order. */
+typedef struct bench_data {
+    const bench_shape *shape;
+    void *q, *k, *v;  /* inputs; K/V rows at j >= kv_len hold NaN */
+    void *out_lib;    /* written by libsdpa */
+    void *out_ref;    /* written by the naive baseline: the reference */
+    void *out_bare;   /* written by the bare gemms (meaningless values) */
+    size_t out_count; /* elements of each output */
+    sdpa_forward_args args; /* q, k, v, out_lib, causal, kv_lens filled in */
+} bench_data;
+
+/* Allocate and fill with normal-ish values from a fixed seed. 0 on success. */
+int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed);
+void bench_data_free(bench_data *d);
+
+/* max |a_i - b_i| over n elements of `dtype`; +inf when either holds a NaN
+ * where the other does not, so a wrong result can never look small. */
+double bench_max_abs_diff(const void *a, const void *b, size_t n, int dtype);
+
+/* -------------------------------------------------------------- baseline */
+
+/* Scratch of one baseline: a score block of row_block × Tk elements. Blocks
+ * of query rows keep it under a byte budget (only the 128k shape needs
+ * more than one block); the flop count is unchanged by the blocking. */
+typedef struct bench_baseline {
+    void *s;
+    size_t s_bytes;
+    int64_t row_block;
+} bench_baseline;
+
+/* Allocate (and touch) the score block. 0 on success. */
+int bench_baseline_init(bench_baseline *b, const bench_shape *s,
+                        size_t budget_bytes);
+void bench_baseline_free(bench_baseline *b);
+
+/* The bound: per (batch, query head) S = Q·Kᵀ (Tq×Tk×Dk) and O = S·V
+ * (Tq×Tk×Dv) as two CBLAS gemms, full Tk (kv_lens ignored) and full square
+ * (causal ignored). Writes d->out_bare. */
+void bench_bare_gemms(const bench_data *d, bench_baseline *b);
+
+/* The naive three-call program: gemm, scalar softmax with exp and the masks
+ * (causal, kv_lens) applied as -inf before the max, gemm. Writes
+ * d->out_ref. Returns 0, or -1 if a row has no allowed key. */
+int bench_naive(const bench_data *d, bench_baseline *b);
+
+/* --------------------------------------------------------------- sysinfo */
+
+double bench_now(void); /* seconds, CLOCK_MONOTONIC */
+
+/* Process memory from /proc/self/status, in bytes; -1 when unavailable. */
+int64_t bench_mem_rss(void);
+int64_t bench_mem_hwm(void);
+/* Reset VmHWM to the current RSS (writes 5 to /proc/self/clear_refs).
+ * 0 on success; -1 when the kernel refuses, in which case peak growth is
+ * only attributable for the first, largest run (see --only). */
+int bench_mem_reset_peak(void);
+
+/* Streaming read bandwidth in bytes/s: sum of a `bytes` buffer split over
+ * `threads` POSIX threads, median of `reps` passes. <= 0 on failure. */
+double bench_read_bandwidth(size_t bytes, int threads, int reps);
+
+/* ---------------------------------------------------------------- report */
+
+enum {
+    BENCH_VAR_MATERIALISED = 0,
+    BENCH_VAR_TILED,
+    BENCH_VAR_DECODE,
+    BENCH_VAR_AUTO,
+    BENCH_VAR_BARE,
+    BENCH_VAR_NAIVE,
+    BENCH_VAR_COUNT
+};
+
+/* One row of the table: (shape, threads, variant). */
+typedef struct bench_row {
+    const bench_shape *shape;
+    int threads;           /* SDPA_OPT_NUM_THREADS (libsdpa rows) */
+    int variant;           /* BENCH_VAR_* */
+    int ok;                /* measured; otherwise `note` says why */
+    char note[160];        /* "n/a (...)", error text, or a warning */
+    int reps;              /* timed runs */
+    double median_s, min_s;
+    double gflops;         /* bench_shape_flops / median */
+    double ratio_bare;     /* median / bare median (0 if unknown) */
+    double kv_gbs;         /* decode shapes: K+V bytes / median, 1e9 B/s */
+    double kv_bw_ratio;    /* kv_gbs / machine read bandwidth */
+    int64_t workspace;     /* libsdpa: sdpa_forward_workspace; baselines:
+                              their score block; -1 unknown */
+    int64_t peak_growth;   /* VmHWM growth over setup + first run; -1 */
+    double max_diff;       /* libsdpa vs naive, -1 when not checked */
+    int diff_bad;          /* max_diff above the dtype's tolerance */
+} bench_row;
+
+typedef struct bench_env {
+    int openblas_threads;
+    const char *openblas_config;
+    const char *openblas_core;
+    const char *sdpa_version;
+    int64_t kernel;        /* SDPA_OPT_KERNEL as AUTO resolves it */
+    int peak_reset_ok;     /* clear_refs worked */
+    double bw[3];          /* read bandwidth with 1 and 2 threads (B/s) */
+    size_t mem_budget;     /* libsdpa workspace budget (bytes) */
+    size_t baseline_budget;/* baseline score block budget (bytes) */
+    uint64_t seed;
+} bench_env;
+
+const char *bench_variant_name(int variant);
+double bench_tolerance(int dtype);
+
+void bench_report_header(const bench_env *env);
+void bench_report_shape(const bench_shape *s, int threads, int reps);
+void bench_report_row(const bench_row *r);
+void bench_report_footer(const bench_env *env, int warnings);
+void bench_report_json(const bench_env *env, const bench_row *rows,
+                       size_t count);
+
+#endif /* SDPA_BENCH_H */

@@ -1,0 +1,640 @@
+/*
+ * sdpa-bench: libsdpa against the bare CBLAS gemms and a naive three-call
+ * program, on a fixed suite of shapes, in one process.
+ *
+ * For each selected shape and each --threads value T:
+ *   setup   every variant once, in order naive → bare → libsdpa paths:
+ *           VmHWM is reset before it, so its peak RSS growth is its own;
+ *           libsdpa output is compared with the naive output here.
+ *   timing  `reps` rounds; each round runs every live variant once, in an
+ *           order rotated by one per round (round-robin interleaving), so
+ *           slow drifts and noise bursts hit all variants alike.
+ *   report  median and minimum per variant, GFLOP/s, ratio to the bare
+ *           gemms, scratch, peak RSS growth, max |diff|, K+V bandwidth.
+ * Shapes with max_reps = 1 (L, 128k tokens) are run once per variant; that
+ * single cold run is both the timed and the memory-measured one, and their
+ * two baselines are measured in the first --threads block only and reported
+ * again in the others (they do not depend on SDPA_OPT_NUM_THREADS).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cblas.h>
+
+#include "bench.h"
+
+enum { MAX_THREAD_COUNTS = 8, MAX_REPS = 1000 };
+
+typedef struct options {
+    int json;
+    const char *only;   /* comma-separated shape names, NULL = all */
+    int reps;           /* 0 = adaptive */
+    int threads[MAX_THREAD_COUNTS];
+    int nthreads;
+    size_t mem_budget;  /* libsdpa workspace above this: n/a */
+    uint64_t seed;
+    double block_seconds; /* adaptive reps: aim per (shape, threads) */
+    int blas_threads;   /* OpenBLAS threads per block; 0 = the block's T */
+} options;
+
+/* One variant of one (shape, threads) block. */
+typedef struct variant {
+    bench_row row;
+    int live;           /* still timed */
+    int reused;         /* row copied from an earlier block, not run */
+    sdpa_ctx *ctx;      /* libsdpa variants */
+    bench_baseline bl;  /* baselines */
+    double cold_s;      /* the setup run */
+    double warm_s;      /* the untimed warm-up round that sizes `reps` */
+    double *times;
+} variant;
+
+static const int lib_path[BENCH_VAR_COUNT] = {
+    [BENCH_VAR_MATERIALISED] = SDPA_PATH_MATERIALISED,
+    [BENCH_VAR_TILED] = SDPA_PATH_TILED,
+    [BENCH_VAR_DECODE] = SDPA_PATH_DECODE,
+    [BENCH_VAR_AUTO] = SDPA_PATH_AUTO,
+};
+
+/* Setup order: the naive run writes the reference the others are checked
+ * against, so it goes first. */
+static const int setup_order[BENCH_VAR_COUNT] = {
+    BENCH_VAR_NAIVE,        BENCH_VAR_BARE,   BENCH_VAR_MATERIALISED,
+    BENCH_VAR_TILED,        BENCH_VAR_DECODE, BENCH_VAR_AUTO};
+
+static const size_t BASELINE_BUDGET = (size_t)1 << 30; /* 1 GiB */
+
+static int is_lib(int var) { return var <= BENCH_VAR_AUTO; }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- command line --------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    size_t n;
+    const bench_shape *s = bench_shapes(&n);
+    fprintf(f,
+            "usage: sdpa-bench [--json] [--only A,B,...] [--reps N] "
+            "[--threads 1,2]\n"
+            "                  [--mem-budget-mib M] [--seed S] "
+            "[--block-seconds X]\n"
+            "  --json            machine-readable output on stdout (progress "
+            "stays on stderr)\n"
+            "  --only LIST       shapes to run (default: all, in the order "
+            "below)\n"
+            "  --reps N          timed rounds per (shape, threads); default "
+            "adaptive: about\n"
+            "                    --block-seconds (2) per block, 5..200 "
+            "rounds, sized by an\n"
+            "                    untimed warm round. Shapes marked 'once' "
+            "run a single cold run.\n"
+            "  --threads LIST    SDPA_OPT_NUM_THREADS values (default 1,2);\n"
+            "                    OpenBLAS gets as many threads per block\n"
+            "  --blas-threads N  OpenBLAS threads in every block instead\n"
+            "  --mem-budget-mib  libsdpa paths whose workspace exceeds it are "
+            "n/a (default 4096)\n"
+            "  --seed S          input PRNG seed (default 20240607)\n"
+            "dRSS is each variant's own peak (VmHWM is reset through "
+            "/proc/self/clear_refs);\n"
+            "where the kernel refuses that, run '--only L' so the process "
+            "peak is L's alone.\n"
+            "L runs once per variant and dominates the time (about 10 of "
+            "15 minutes on 2 cores);\n"
+            "'--only A,B,C,D,E,F,G,G8,H' gives the rest in about 5.\n"
+            "shapes:\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "  %-3s %s [%s]%s\n", s[i].name, s[i].what,
+                bench_dtype_name(s[i].dtype),
+                s[i].max_reps == 1 ? " (once)" : "");
+}
+
+static int parse_int(const char *text, long lo, long hi, long *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_threads(const char *text, options *o)
+{
+    char buf[128];
+    if (strlen(text) >= sizeof buf)
+        return -1;
+    strcpy(buf, text);
+    o->nthreads = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (o->nthreads == MAX_THREAD_COUNTS || parse_int(tok, 1, 256, &v))
+            return -1;
+        o->threads[o->nthreads++] = (int)v;
+    }
+    return o->nthreads > 0 ? 0 : -1;
+}
+
+/* Is shape `name` in the comma-separated list? */
+static int selected(const char *list, const char *name)
+{
+    if (!list)
+        return 1;
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t tok = comma ? (size_t)(comma - p) : strlen(p);
+        if (tok == len && strncasecmp(p, name, len) == 0)
+            return 1;
+        p += tok + (comma ? 1 : 0);
+    }
+    return 0;
+}
+
+static int check_only(const char *list)
+{
+    size_t n;
+    const bench_shape *s = bench_shapes(&n);
+    char buf[256];
+    if (strlen(list) >= sizeof buf)
+        return -1;
+    strcpy(buf, list);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (size_t i = 0; i < n; i++)
+            found |= strcasecmp(tok, s[i].name) == 0;
+        if (!found) {
+            fprintf(stderr, "sdpa-bench: unknown shape '%s'\n", tok);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->threads[0] = 1;
+    o->threads[1] = 2;
+    o->nthreads = 2;
+    o->mem_budget = (size_t)4096 << 20;
+    o->seed = 20240607u;
+    o->block_seconds = 2.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        long v;
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!val) {
+            fprintf(stderr, "sdpa-bench: unknown option or missing value: %s\n",
+                    a);
+            return -1;
+        } else if (!strcmp(a, "--only")) {
+            if (check_only(val))
+                return -1;
+            o->only = val, i++;
+        } else if (!strcmp(a, "--reps")) {
+            if (parse_int(val, 1, MAX_REPS, &v))
+                return -1;
+            o->reps = (int)v, i++;
+        } else if (!strcmp(a, "--blas-threads")) {
+            if (parse_int(val, 1, 256, &v))
+                return -1;
+            o->blas_threads = (int)v, i++;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_threads(val, o))
+                return -1;
+            i++;
+        } else if (!strcmp(a, "--mem-budget-mib")) {
+            if (parse_int(val, 1, 1L << 24, &v))
+                return -1;
+            o->mem_budget = (size_t)v << 20, i++;
+        } else if (!strcmp(a, "--seed")) {
+            if (parse_int(val, 0, 2147483647L, &v))
+                return -1;
+            o->seed = (uint64_t)v, i++;
+        } else if (!strcmp(a, "--block-seconds")) {
+            char *end;
+            double x = strtod(val, &end);
+            if (end == val || *end || !(x > 0.0 && x < 3600.0))
+                return -1;
+            o->block_seconds = x, i++;
+        } else {
+            fprintf(stderr, "sdpa-bench: unknown option %s\n", a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- one variant ---------------------------------------------------------- */
+
+/* n/a for statuses that mean "this path cannot do this shape here". */
+static void lib_fail(variant *v, int status, const char *where)
+{
+    const char *why = v->ctx ? sdpa_ctx_last_error(v->ctx) : "";
+    if (status == SDPA_ERR_UNSUPPORTED || status == SDPA_ERR_OUT_OF_MEMORY)
+        snprintf(v->row.note, sizeof v->row.note, "n/a (%s: %s%s%s)", where,
+                 sdpa_status_string(status), why[0] ? ": " : "", why);
+    else
+        snprintf(v->row.note, sizeof v->row.note, "ERROR %s: %s: %s", where,
+                 sdpa_status_string(status),
+                 v->ctx ? sdpa_ctx_last_error(v->ctx) : "");
+    v->live = 0;
+}
+
+/* Run the variant once; returns its time, or a negative value on failure
+ * (the note then says why). */
+static double run_once(variant *v, const bench_data *d)
+{
+    double t0 = bench_now();
+    if (is_lib(v->row.variant)) {
+        int st = sdpa_forward(v->ctx, &d->args);
+        double t = bench_now() - t0;
+        if (st != SDPA_OK) {
+            lib_fail(v, st, "sdpa_forward");
+            return -1.0;
+        }
+        return t;
+    }
+    if (v->row.variant == BENCH_VAR_BARE) {
+        bench_bare_gemms(d, &v->bl);
+        return bench_now() - t0;
+    }
+    if (bench_naive(d, &v->bl) != 0) {
+        snprintf(v->row.note, sizeof v->row.note, "ERROR: fully masked row");
+        v->live = 0;
+        return -1.0;
+    }
+    return bench_now() - t0;
+}
+
+/* Create, configure and size the libsdpa context; 0 when it may run. */
+static int lib_prepare(variant *v, const bench_data *d, int threads,
+                       const options *o)
+{
+    int st = sdpa_ctx_create(&v->ctx);
+    if (st != SDPA_OK) {
+        lib_fail(v, st, "sdpa_ctx_create");
+        return -1;
+    }
+    st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_NUM_THREADS, threads);
+    if (st != SDPA_OK) {
+        lib_fail(v, st, "SDPA_OPT_NUM_THREADS");
+        return -1;
+    }
+    st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_PATH, lib_path[v->row.variant]);
+    if (st != SDPA_OK) {
+        lib_fail(v, st, "SDPA_OPT_PATH");
+        return -1;
+    }
+    size_t ws = 0;
+    st = sdpa_forward_workspace(v->ctx, &d->args, &ws);
+    if (st != SDPA_OK) {
+        lib_fail(v, st, "sdpa_forward_workspace");
+        return -1;
+    }
+    v->row.workspace = (int64_t)ws;
+    if (ws > o->mem_budget) {
+        snprintf(v->row.note, sizeof v->row.note,
+                 "n/a (workspace %.1f MiB > budget %.0f MiB)",
+                 (double)ws / BENCH_MIB, (double)o->mem_budget / BENCH_MIB);
+        v->live = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* The setup run: allocation and first call under a fresh VmHWM, then the
+ * correctness check of libsdpa variants against the naive output. */
+static void setup(variant *v, const bench_data *d, int threads,
+                  const options *o, int reset_ok)
+{
+    const bench_shape *s = d->shape;
+    if (reset_ok)
+        bench_mem_reset_peak();
+    int64_t rss0 = reset_ok ? bench_mem_rss() : bench_mem_hwm();
+    v->live = 1;
+    if (is_lib(v->row.variant)) {
+        if (lib_prepare(v, d, threads, o))
+            return;
+        /* all-ones bytes are a NaN in both dtypes: an output the path
+         * forgets to write cannot pass the check */
+        memset(d->out_lib, 0xFF, d->out_count * bench_elem_size(s->dtype));
+    } else if (bench_baseline_init(&v->bl, s, BASELINE_BUDGET)) {
+        snprintf(v->row.note, sizeof v->row.note,
+                 "n/a (score block allocation failed)");
+        v->live = 0;
+        return;
+    } else {
+        v->row.workspace = (int64_t)v->bl.s_bytes;
+        if (v->bl.row_block < s->tq)
+            snprintf(v->row.note, sizeof v->row.note,
+                     "query blocks of %lld rows",
+                     (long long)v->bl.row_block);
+    }
+    v->cold_s = run_once(v, d);
+    int64_t hwm = bench_mem_hwm();
+    if (v->cold_s < 0)
+        return;
+    if (rss0 >= 0 && hwm >= 0)
+        v->row.peak_growth = hwm > rss0 ? hwm - rss0 : 0;
+
+    if (is_lib(v->row.variant)) {
+        size_t n = d->out_count;
+        double diff = bench_max_abs_diff(d->out_lib, d->out_ref, n, s->dtype);
+        v->row.max_diff = diff;
+        if (!(diff <= bench_tolerance(s->dtype))) {
+            v->row.diff_bad = 1;
+            snprintf(v->row.note, sizeof v->row.note,
+                     "WRONG: max|diff| vs naive %.3g > %.0e", diff,
+                     bench_tolerance(s->dtype));
+            fprintf(stderr,
+                    "\n!!! WARNING: shape %s threads %d %s differs from the "
+                    "naive baseline: max|diff| = %.3g !!!\n\n",
+                    s->name, threads, bench_variant_name(v->row.variant),
+                    diff);
+        }
+    }
+}
+
+/* Rounds to time: --reps, or adaptive from one untimed warm round (scratch
+ * already held, caches and thread pools warm): about --block-seconds per
+ * (shape, threads) block, at least 5 and at most 200 rounds. */
+static int choose_reps(const bench_shape *s, variant *vars, const bench_data *d,
+                       const options *o)
+{
+    if (s->max_reps == 1)
+        return 1;
+    double round = 0.0;
+    for (int i = 0; i < BENCH_VAR_COUNT; i++)
+        if (vars[i].live && (vars[i].warm_s = run_once(&vars[i], d)) > 0)
+            round += vars[i].warm_s;
+    int reps = o->reps;
+    if (reps == 0) {
+        double r = round > 0 ? o->block_seconds / round : 200.0;
+        reps = r < 5.0 ? 5 : r > 200.0 ? 200 : (int)r;
+    }
+    return s->max_reps > 0 && reps > s->max_reps ? s->max_reps : reps;
+}
+
+/* ---- one (shape, threads) block -------------------------------------------- */
+
+/* `prev`: the rows of this shape's previous block, or NULL. */
+static int run_block(const bench_data *d, int threads, const options *o,
+                     const bench_env *env, const bench_row *prev,
+                     bench_row *out)
+{
+    const bench_shape *s = d->shape;
+    variant vars[BENCH_VAR_COUNT];
+    memset(vars, 0, sizeof vars);
+    /* T threads means T cores for every variant: the bare gemms get T
+     * OpenBLAS threads, and libsdpa runs T workers beside an OpenBLAS set
+     * the same way (the harness may set it; the library never does). */
+    openblas_set_num_threads(o->blas_threads ? o->blas_threads : threads);
+    for (int i = 0; i < BENCH_VAR_COUNT; i++) {
+        vars[i].row.shape = s;
+        vars[i].row.threads = threads;
+        vars[i].row.variant = i;
+        vars[i].row.workspace = -1;
+        vars[i].row.peak_growth = -1;
+        vars[i].row.max_diff = -1.0;
+    }
+
+    fprintf(stderr, "[%s thr=%d] setup:", s->name, threads);
+    for (int k = 0; k < BENCH_VAR_COUNT; k++) {
+        variant *v = &vars[setup_order[k]];
+        fprintf(stderr, " %s", bench_variant_name(v->row.variant));
+        if (prev && s->max_reps == 1 && !is_lib(v->row.variant)) {
+            for (int j = 0; j < BENCH_VAR_COUNT; j++)
+                if (prev[j].variant == v->row.variant)
+                    v->row = prev[j];
+            v->row.threads = threads;
+            size_t len = strlen(v->row.note);
+            snprintf(v->row.note + len, sizeof v->row.note - len,
+                     "%sreused from the thr=%d block (baselines ignore "
+                     "SDPA_OPT_NUM_THREADS)",
+                     len ? "; " : "", prev[0].threads);
+            v->reused = 1;
+            fprintf(stderr, " reused;");
+            continue;
+        }
+        setup(v, d, threads, o, env->peak_reset_ok);
+        fprintf(stderr, v->live ? " %.3fs;" : " -;", v->cold_s);
+    }
+    int reps = choose_reps(s, vars, d, o);
+    fprintf(stderr, " -> %d timed round%s\n", reps, reps == 1 ? "" : "s");
+
+    int warnings = 0;
+    for (int i = 0; i < BENCH_VAR_COUNT; i++) {
+        vars[i].times = calloc((size_t)reps, sizeof(double));
+        if (!vars[i].times)
+            vars[i].live = 0;
+    }
+
+    if (s->max_reps == 1) { /* the cold setup run is the timed run */
+        for (int i = 0; i < BENCH_VAR_COUNT; i++)
+            if (vars[i].live) {
+                vars[i].times[0] = vars[i].cold_s;
+                vars[i].row.reps = 1;
+                vars[i].row.ok = 1;
+            }
+    } else {
+        int live[BENCH_VAR_COUNT], nlive = 0;
+        for (int i = 0; i < BENCH_VAR_COUNT; i++)
+            if (vars[i].live)
+                live[nlive++] = i;
+        for (int r = 0; r < reps; r++)
+            for (int k = 0; k < nlive; k++) {
+                variant *v = &vars[live[(k + r) % nlive]];
+                if (!v->live)
+                    continue;
+                double t = run_once(v, d);
+                if (t >= 0)
+                    v->times[v->row.reps++] = t;
+            }
+        for (int i = 0; i < BENCH_VAR_COUNT; i++)
+            if (!vars[i].reused)
+                vars[i].row.ok = vars[i].live && vars[i].row.reps > 0;
+    }
+
+    /* statistics */
+    for (int i = 0; i < BENCH_VAR_COUNT; i++) {
+        bench_row *row = &vars[i].row;
+        if (!row->ok || vars[i].reused)
+            continue;
+        qsort(vars[i].times, (size_t)row->reps, sizeof(double), cmp_double);
+        row->min_s = vars[i].times[0];
+        row->median_s = row->reps % 2
+                            ? vars[i].times[row->reps / 2]
+                            : 0.5 * (vars[i].times[row->reps / 2 - 1] +
+                                     vars[i].times[row->reps / 2]);
+        row->gflops = bench_shape_flops(s) / row->median_s / 1e9;
+        if (s->decode) {
+            /* every variant of the block uses `threads` cores */
+            double bw = env->bw[threads >= 2 ? 2 : 1];
+            row->kv_gbs = bench_shape_kv_bytes(s) / row->median_s / 1e9;
+            row->kv_bw_ratio = bw > 0 ? row->kv_gbs * 1e9 / bw : 0.0;
+        }
+    }
+    const bench_row *bare = &vars[BENCH_VAR_BARE].row;
+    for (int i = 0; i < BENCH_VAR_COUNT; i++) {
+        bench_row *row = &vars[i].row;
+        if (row->ok && bare->ok && i != BENCH_VAR_BARE)
+            row->ratio_bare = row->median_s / bare->median_s;
+        if (row->ok && s->max_reps == 1 && is_lib(i) && !row->note[0])
+            snprintf(row->note, sizeof row->note,
+                     "single cold run (includes scratch allocation)");
+        if (i == BENCH_VAR_BARE && row->ok && !vars[i].reused) {
+            const char *extra[2] = {
+                s->has_kv_lens ? "full Tk (kv_lens ignored)" : NULL,
+                s->causal != SDPA_CAUSAL_NONE ? "full square (causal ignored)"
+                                              : NULL};
+            for (int e = 0; e < 2; e++) {
+                size_t len = strlen(row->note);
+                if (extra[e])
+                    snprintf(row->note + len, sizeof row->note - len, "%s%s",
+                             len ? "; " : "", extra[e]);
+            }
+        }
+        warnings += row->diff_bad || strncmp(row->note, "ERROR", 5) == 0;
+    }
+
+    if (!o->json)
+        bench_report_shape(s, threads, reps);
+    static const int print_order[BENCH_VAR_COUNT] = {
+        BENCH_VAR_MATERIALISED, BENCH_VAR_TILED, BENCH_VAR_DECODE,
+        BENCH_VAR_AUTO,         BENCH_VAR_BARE,  BENCH_VAR_NAIVE};
+    for (int k = 0; k < BENCH_VAR_COUNT; k++) {
+        const bench_row *row = &vars[print_order[k]].row;
+        out[k] = *row;
+        if (!o->json)
+            bench_report_row(row);
+    }
+    if (!o->json)
+        fflush(stdout);
+
+    for (int i = 0; i < BENCH_VAR_COUNT; i++) {
+        sdpa_ctx_destroy(vars[i].ctx);
+        bench_baseline_free(&vars[i].bl);
+        free(vars[i].times);
+    }
+    return warnings;
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+/* Touch OpenBLAS once (its buffers and threads come up on the first call)
+ * so that no variant's peak memory includes them. */
+static void warm_up_blas(void)
+{
+    enum { W = 512 };
+    float *a = calloc((size_t)W * W * 3, sizeof(float));
+    double *b = calloc((size_t)W * W * 3, sizeof(double));
+    if (a)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, W, W, W, 1.0f,
+                    a, W, a + W * W, W, 0.0f, a + 2 * W * W, W);
+    if (b)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, W, W, W, 1.0,
+                    b, W, b + W * W, W, 0.0, b + 2 * W * W, W);
+    free(a);
+    free(b);
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (parse_args(argc, argv, &o)) {
+        usage(stderr);
+        return 2;
+    }
+
+    size_t nshapes;
+    const bench_shape *shapes = bench_shapes(&nshapes);
+    int any_decode = 0;
+    size_t nsel = 0;
+    for (size_t i = 0; i < nshapes; i++)
+        if (selected(o.only, shapes[i].name)) {
+            nsel++;
+            any_decode |= shapes[i].decode;
+        }
+
+    bench_env env;
+    memset(&env, 0, sizeof env);
+    env.openblas_threads = openblas_get_num_threads();
+    env.openblas_config = openblas_get_config();
+    env.openblas_core = openblas_get_corename();
+    env.sdpa_version = sdpa_version_string();
+    env.mem_budget = o.mem_budget;
+    env.baseline_budget = BASELINE_BUDGET;
+    env.seed = o.seed;
+    env.kernel = -1;
+    {
+        sdpa_ctx *probe = NULL;
+        if (sdpa_ctx_create(&probe) == SDPA_OK)
+            sdpa_ctx_get_int(probe, SDPA_OPT_KERNEL, &env.kernel);
+        sdpa_ctx_destroy(probe);
+    }
+    warm_up_blas();
+    env.peak_reset_ok = bench_mem_reset_peak() == 0;
+    if (any_decode) {
+        fprintf(stderr, "measuring read bandwidth (512 MiB)...\n");
+        env.bw[1] = bench_read_bandwidth((size_t)512 << 20, 1, 7);
+        env.bw[2] = bench_read_bandwidth((size_t)512 << 20, 2, 7);
+    }
+
+    if (!o.json) {
+        bench_report_header(&env);
+        fflush(stdout);
+    }
+
+    size_t cap = nsel * (size_t)o.nthreads * BENCH_VAR_COUNT;
+    bench_row *rows = calloc(cap ? cap : 1, sizeof *rows);
+    if (!rows)
+        return 1;
+    size_t nrows = 0;
+    int warnings = 0;
+    for (size_t i = 0; i < nshapes; i++) {
+        const bench_shape *s = &shapes[i];
+        if (!selected(o.only, s->name))
+            continue;
+        bench_data d;
+        fprintf(stderr, "[%s] generating inputs\n", s->name);
+        if (bench_data_init(&d, s, o.seed)) {
+            fprintf(stderr, "sdpa-bench: out of memory for shape %s\n",
+                    s->name);
+            continue;
+        }
+        for (int t = 0; t < o.nthreads; t++) {
+            const bench_row *prev = t ? rows + nrows - BENCH_VAR_COUNT : NULL;
+            warnings += run_block(&d, o.threads[t], &o, &env, prev,
+                                  rows + nrows);
+            nrows += BENCH_VAR_COUNT;
+        }
+        bench_data_free(&d);
+    }
+
+    if (o.json)
+        bench_report_json(&env, rows, nrows);
+    else
+        bench_report_footer(&env, warnings);
+    free(rows);
+    return warnings ? 1 : 0;
+}

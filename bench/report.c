@@ -1,0 +1,209 @@
+/* The human-readable table and the --json output. */
+#include <math.h>
+#include <stdio.h>
+
+#include "bench.h"
+
+const char *bench_variant_name(int variant)
+{
+    static const char *const names[BENCH_VAR_COUNT] = {
+        "sdpa materialised", "sdpa tiled", "sdpa decode",
+        "sdpa auto",         "bare gemms", "naive 3-call"};
+    return variant >= 0 && variant < BENCH_VAR_COUNT ? names[variant] : "?";
+}
+
+/* Largest acceptable max |libsdpa - naive|: both sides round differently
+ * (vector exp, blocked sums), so this is a "clearly wrong" line, not an
+ * accuracy claim. */
+double bench_tolerance(int dtype)
+{
+    return dtype == SDPA_FLOAT64 ? 1e-9 : 1e-3;
+}
+
+static double mib(int64_t bytes) { return (double)bytes / BENCH_MIB; }
+
+void bench_report_header(const bench_env *env)
+{
+    printf("sdpa-bench: libsdpa %s, row kernel %s\n", env->sdpa_version,
+           env->kernel == SDPA_KERNEL_AVX2       ? "avx2"
+           : env->kernel == SDPA_KERNEL_PORTABLE ? "portable"
+                                                 : "?");
+    printf("OpenBLAS: %s (core %s), openblas_get_num_threads() = %d at "
+           "start\n",
+           env->openblas_config, env->openblas_core, env->openblas_threads);
+    printf("  'thr' T = T cores for every variant: the harness sets OpenBLAS "
+           "to T threads\n"
+           "  (or --blas-threads) before each block; libsdpa runs "
+           "SDPA_OPT_NUM_THREADS = T beside it.\n");
+    if (env->bw[1] > 0)
+        printf("Read bandwidth (512 MiB streaming sum, median): %.1f GB/s "
+               "with 1 thread, %.1f GB/s with 2\n",
+               env->bw[1] / 1e9, env->bw[2] / 1e9);
+    printf("Peak memory: %s\n",
+           env->peak_reset_ok
+               ? "VmHWM reset (clear_refs) before each variant's setup + "
+                 "first call; dRSS = peak - RSS before"
+               : "clear_refs unavailable: dRSS is growth of the process "
+                 "peak, only attributable for the first/largest run (use "
+                 "--only L)");
+    printf("libsdpa workspace budget %.0f MiB (paths needing more are "
+           "n/a); baseline score block <= %.0f MiB (query-row blocks)\n",
+           (double)env->mem_budget / BENCH_MIB,
+           (double)env->baseline_budget / BENCH_MIB);
+    printf("flop = 2*Hq*Tq*(Dk+Dv)*sum_b(kv_len_b), halved when causal; the "
+           "same count for every variant.\n"
+           "x bare = median / median of the bare gemms (full Tk, full "
+           "square) at the same row of the suite.\n\n");
+    printf("%-5s %3s %-17s %4s %10s %10s %8s %7s %9s %9s %9s %7s %5s  %s\n",
+           "shape", "thr", "variant", "reps", "median_ms", "min_ms",
+           "GFLOP/s", "x bare", "scrt_MiB", "dRSS_MiB", "max|diff|",
+           "KV_GB/s", "%bw", "note");
+}
+
+void bench_report_shape(const bench_shape *s, int threads, int reps)
+{
+    printf("-- %s: %s [%s], %.4g GFLOP/call, %d timed rep%s, "
+           "SDPA_OPT_NUM_THREADS=%d\n",
+           s->name, s->what, bench_dtype_name(s->dtype),
+           bench_shape_flops(s) / 1e9, reps,
+           s->max_reps == 1 ? " (cold)" : reps == 1 ? "" : "s",
+           threads);
+}
+
+void bench_report_row(const bench_row *r)
+{
+    printf("%-5s %3d %-17s ", r->shape->name, r->threads,
+           bench_variant_name(r->variant));
+    if (!r->ok) {
+        printf("%4s %10s %10s %8s %7s %9s %9s %9s %7s %5s  %s\n", "-", "n/a",
+               "-", "-", "-",
+               "-", "-", "-", "-", "-", r->note);
+        return;
+    }
+    printf("%4d %10.3f %10.3f %8.1f ", r->reps, r->median_s * 1e3,
+           r->min_s * 1e3, r->gflops);
+    if (r->ratio_bare > 0)
+        printf("%7.2f ", r->ratio_bare);
+    else
+        printf("%7s ", "-");
+    if (r->workspace >= 0)
+        printf("%9.1f ", mib(r->workspace));
+    else
+        printf("%9s ", "-");
+    if (r->peak_growth >= 0)
+        printf("%9.1f ", mib(r->peak_growth));
+    else
+        printf("%9s ", "-");
+    if (r->max_diff >= 0)
+        printf("%9.2e ", r->max_diff);
+    else
+        printf("%9s ", "-");
+    if (r->kv_gbs > 0)
+        printf("%7.1f %5.0f", r->kv_gbs, r->kv_bw_ratio * 100.0);
+    else
+        printf("%7s %5s", "-", "-");
+    printf("  %s\n", r->note);
+}
+
+void bench_report_footer(const bench_env *env, int warnings)
+{
+    (void)env;
+    if (warnings)
+        printf("\n!!! %d row(s) WRONG (libsdpa differs from the naive "
+               "baseline beyond f32 1e-3 / f64 1e-9) or ERROR: see the notes "
+               "above !!!\n",
+               warnings);
+    else
+        printf("\nAll measured libsdpa results match the naive baseline "
+               "(f32 1e-3, f64 1e-9).\n");
+    printf("KV_GB/s: decode shapes, K+V bytes read per call / median; %%bw: "
+           "against the read bandwidth at the same thread count.\n");
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void json_number(double x)
+{
+    if (isfinite(x))
+        printf("%.6g", x);
+    else
+        printf("null");
+}
+
+void bench_report_json(const bench_env *env, const bench_row *rows,
+                       size_t count)
+{
+    printf("{\n  \"sdpa_version\": ");
+    json_string(env->sdpa_version);
+    printf(",\n  \"row_kernel\": %lld,\n  \"openblas_config\": ",
+           (long long)env->kernel);
+    json_string(env->openblas_config);
+    printf(",\n  \"openblas_num_threads\": %d,\n", env->openblas_threads);
+    printf("  \"read_bandwidth_Bps\": {\"1\": ");
+    json_number(env->bw[1]);
+    printf(", \"2\": ");
+    json_number(env->bw[2]);
+    printf("},\n  \"peak_reset\": %s,\n", env->peak_reset_ok ? "true" : "false");
+    printf("  \"workspace_budget_bytes\": %zu,\n  \"seed\": %llu,\n",
+           env->mem_budget, (unsigned long long)env->seed);
+    printf("  \"rows\": [");
+    for (size_t i = 0; i < count; i++) {
+        const bench_row *r = &rows[i];
+        const bench_shape *s = r->shape;
+        printf("%s\n    {\"shape\": ", i ? "," : "");
+        json_string(s->name);
+        printf(", \"dtype\": \"%s\", \"causal\": \"%s\", \"N\": %lld, "
+               "\"Hq\": %lld, \"Hkv\": %lld, \"Tq\": %lld, \"Tk\": %lld, "
+               "\"Dk\": %lld, \"Dv\": %lld, \"kv_lens\": ",
+               bench_dtype_name(s->dtype), bench_causal_name(s->causal),
+               (long long)s->n, (long long)s->hq, (long long)s->hkv,
+               (long long)s->tq, (long long)s->tk, (long long)s->dk,
+               (long long)s->dv);
+        if (s->has_kv_lens) {
+            for (int64_t b = 0; b < s->n; b++)
+                printf("%s%lld", b ? ", " : "[", (long long)s->kv_lens[b]);
+            printf("], ");
+        } else {
+            printf("null, ");
+        }
+        printf("\"threads\": %d, \"variant\": ", r->threads);
+        json_string(bench_variant_name(r->variant));
+        printf(", \"ok\": %s, \"reps\": %d, \"median_ms\": ",
+               r->ok ? "true" : "false", r->reps);
+        json_number(r->ok ? r->median_s * 1e3 : NAN);
+        printf(", \"min_ms\": ");
+        json_number(r->ok ? r->min_s * 1e3 : NAN);
+        printf(", \"flop\": %.0f", bench_shape_flops(s));
+        printf(", \"gflops\": ");
+        json_number(r->ok ? r->gflops : NAN);
+        printf(", \"ratio_bare\": ");
+        json_number(r->ratio_bare > 0 ? r->ratio_bare : NAN);
+        printf(", \"workspace_bytes\": %lld, \"peak_rss_growth_bytes\": %lld",
+               (long long)r->workspace, (long long)r->peak_growth);
+        printf(", \"max_abs_diff\": ");
+        json_number(r->max_diff >= 0 ? r->max_diff : NAN);
+        printf(", \"diff_bad\": %s, \"kv_GBps\": ", r->diff_bad ? "true" : "false");
+        json_number(r->kv_gbs > 0 ? r->kv_gbs : NAN);
+        printf(", \"kv_bw_ratio\": ");
+        json_number(r->kv_gbs > 0 ? r->kv_bw_ratio : NAN);
+        printf(", \"note\": ");
+        json_string(r->note);
+        putchar('}');
+    }
+    printf("\n  ]\n}\n");
+}
