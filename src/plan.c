@@ -17,14 +17,17 @@
 #define MIN_BLOCK_Q 16
 #define MAX_BLOCK_Q 512
 
-/* AUTO picks the materialised path up to this many keys, the tiled path
- * beyond (shape D, 4096 keys: materialised 1.17, tiled 1.01–1.03). */
-#define MATERIALISED_MAX_KEYS 2048
-
-/* Tiled path defaults (SDPA_OPT_BLOCK_Q / _K override them); on shape D
- * 256×512 measured 1.01, 128×256 1.05, 64×256 1.07. */
+/* Tiled path defaults (SDPA_OPT_BLOCK_Q / _K override them), measured at
+ * 1 thread as the ratio to the bare gemms: shape D (4096 keys) 256×512
+ * 1.01, 128×256 1.05, 64×256 1.07 (materialised 1.17); shape A (1024 keys)
+ * 256×512 1.08–1.10, materialised 1.10–1.12. So AUTO takes the tiled path
+ * unless the weights are wanted. */
 #define TILED_BLOCK_Q 256
 #define TILED_BLOCK_K 512
+/* With a causal mask smaller tiles waste less on the diagonal: shape B
+ * measured 64×128 0.63, 128×64 0.64, 256×512 0.72 (materialised 0.85). */
+#define CAUSAL_BLOCK_Q 64
+#define CAUSAL_BLOCK_K 128
 /* When the BLAS runs its own threads, tiles small enough that every gemm
  * stays on the calling thread (M·N·K <= SDPA_BLAS_SERIAL_MNK), so that
  * several workers can run gemms side by side. */
@@ -86,8 +89,7 @@ static int choose_path(sdpa_ctx *ctx, const sdpa_problem *p)
             return SDPA_PATH_MATERIALISED;
         if (p->group * p->len_q <= DECODE_MAX_ROWS)
             return SDPA_PATH_DECODE;
-        return p->len_k <= MATERIALISED_MAX_KEYS ? SDPA_PATH_MATERIALISED
-                                                 : SDPA_PATH_TILED;
+        return SDPA_PATH_TILED;
     }
     if (weights && path != SDPA_PATH_MATERIALISED)
         return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
@@ -117,7 +119,9 @@ static void tiled_blocks(const sdpa_ctx *ctx, const sdpa_problem *p,
                          bool blas_parallel, int64_t *block_q,
                          int64_t *block_k)
 {
-    int64_t bq = TILED_BLOCK_Q, bk = TILED_BLOCK_K;
+    bool causal = p->causal != SDPA_CAUSAL_NONE;
+    int64_t bq = causal ? CAUSAL_BLOCK_Q : TILED_BLOCK_Q;
+    int64_t bk = causal ? CAUSAL_BLOCK_K : TILED_BLOCK_K;
     if (blas_parallel) {
         int64_t dmax = p->dim_k > p->dim_v ? p->dim_k : p->dim_v;
         bk = SERIAL_BLOCK_K;

@@ -62,16 +62,23 @@ static T NAME(avx2_mask_max)(T *x, int64_t n, const T *bias,
 static T NAME(avx2_exp_sum)(T *x, int64_t n, T m)
 {
     const VT vm = VSET1(m);
-    VT acc0 = VZERO(), acc1 = VZERO();
+    VT acc0 = VZERO(), acc1 = VZERO(), acc2 = VZERO(), acc3 = VZERO();
     int64_t j = 0;
-    /* Two independent chains hide the add latency behind the exps. */
-    for (; j + 2 * W <= n; j += 2 * W) {
+    /* Four independent exps in flight: one alone is a chain of dependent
+     * FMAs (the Horner steps) that would leave the FMA units idle. */
+    for (; j + 4 * W <= n; j += 4 * W) {
         VT e0 = NAME(vexp_neg)(VSUB(VLOAD(x + j), vm));
         VT e1 = NAME(vexp_neg)(VSUB(VLOAD(x + j + W), vm));
+        VT e2 = NAME(vexp_neg)(VSUB(VLOAD(x + j + 2 * W), vm));
+        VT e3 = NAME(vexp_neg)(VSUB(VLOAD(x + j + 3 * W), vm));
         VSTORE(x + j, e0);
         VSTORE(x + j + W, e1);
+        VSTORE(x + j + 2 * W, e2);
+        VSTORE(x + j + 3 * W, e3);
         acc0 = VADD(acc0, e0);
         acc1 = VADD(acc1, e1);
+        acc2 = VADD(acc2, e2);
+        acc3 = VADD(acc3, e3);
     }
     for (; j + W <= n; j += W) {
         VT e = NAME(vexp_neg)(VSUB(VLOAD(x + j), vm));
@@ -79,7 +86,7 @@ static T NAME(avx2_exp_sum)(T *x, int64_t n, T m)
         acc0 = VADD(acc0, e);
     }
     T lanes[W], sum = 0;
-    VSTORE(lanes, VADD(acc0, acc1));
+    VSTORE(lanes, VADD(VADD(acc0, acc1), VADD(acc2, acc3)));
     for (int l = 0; l < W; l++)
         sum += lanes[l];
     return NAME(scalar_exp_sum)(x, j, n, m, sum);
