@@ -93,10 +93,11 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         const int64_t m_rows = n - active;
         T *s_rows = s + active * ld, *acc_rows = acc + active * dv;
 
-        if (m_rows == 1)
-            GEMV(CblasRowMajor, CblasNoTrans, (int)bk, (int)p->dim_k,
-                 (T)p->scale, k + kb * k_ld, (int)k_ld, q + active * q_ld, 1,
-                 (T)0, s_rows, 1);
+        if (m_rows <= GEMV_MAX_ROWS)
+            for (int64_t r = 0; r < m_rows; r++)
+                GEMV(CblasRowMajor, CblasNoTrans, (int)bk, (int)p->dim_k,
+                     (T)p->scale, k + kb * k_ld, (int)k_ld,
+                     q + (active + r) * q_ld, 1, (T)0, s_rows + r * ld, 1);
         else
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m_rows,
                  (int)bk, (int)p->dim_k, (T)p->scale, q + active * q_ld,
@@ -151,9 +152,11 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                 x[j] = 0;
         }
 
-        if (m_rows == 1)
-            GEMV(CblasRowMajor, CblasTrans, (int)bk, (int)dv, (T)1,
-                 v + kb * v_ld, (int)v_ld, s_rows, 1, (T)1, acc_rows, 1);
+        if (m_rows <= GEMV_MAX_ROWS)
+            for (int64_t r = 0; r < m_rows; r++)
+                GEMV(CblasRowMajor, CblasTrans, (int)bk, (int)dv, (T)1,
+                     v + kb * v_ld, (int)v_ld, s_rows + r * ld, 1, (T)1,
+                     acc_rows + r * dv, 1);
         else
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows,
                  (int)dv, (int)bk, (T)1, s_rows, (int)ld, v + kb * v_ld,
