@@ -151,6 +151,7 @@ typedef struct bench_row {
 
 typedef struct bench_env {
     int openblas_threads;
+    int lib_blas_threads; /* OpenBLAS threads under libsdpa; 0 = T */
     const char *openblas_config;
     const char *openblas_core;
     const char *sdpa_version;

@@ -39,8 +39,11 @@ typedef struct options {
     size_t mem_budget;  /* libsdpa workspace above this: n/a */
     uint64_t seed;
     double block_seconds; /* adaptive reps: aim per (shape, threads) */
-    int blas_threads;   /* OpenBLAS threads per block; 0 = the block's T */
+    int lib_blas_threads; /* OpenBLAS threads under libsdpa; 0 = T */
 } options;
+
+/* --lib-blas-threads, read by run_once. */
+static int lib_blas_threads;
 
 /* One variant of one (shape, threads) block. */
 typedef struct variant {
@@ -100,7 +103,8 @@ static void usage(FILE *f)
             "run a single cold run.\n"
             "  --threads LIST    SDPA_OPT_NUM_THREADS values (default 1,2);\n"
             "                    OpenBLAS gets as many threads per block\n"
-            "  --blas-threads N  OpenBLAS threads in every block instead\n"
+            "  --lib-blas-threads N  OpenBLAS threads while libsdpa runs\n"
+            "                    (default: as many as the block's T)\n"
             "  --mem-budget-mib  libsdpa paths whose workspace exceeds it are "
             "n/a (default 4096)\n"
             "  --seed S          input PRNG seed (default 20240607)\n"
@@ -214,10 +218,10 @@ static int parse_args(int argc, char **argv, options *o)
             if (parse_int(val, 1, MAX_REPS, &v))
                 return -1;
             o->reps = (int)v, i++;
-        } else if (!strcmp(a, "--blas-threads")) {
+        } else if (!strcmp(a, "--lib-blas-threads")) {
             if (parse_int(val, 1, 256, &v))
                 return -1;
-            o->blas_threads = (int)v, i++;
+            o->lib_blas_threads = (int)v, i++;
         } else if (!strcmp(a, "--threads")) {
             if (parse_threads(val, o))
                 return -1;
@@ -264,8 +268,15 @@ static void lib_fail(variant *v, int status, const char *where)
  * (the note then says why). */
 static double run_once(variant *v, const bench_data *d)
 {
+    /* T threads means T cores for every variant: the baselines get T
+     * OpenBLAS threads; libsdpa runs T workers of its own with OpenBLAS at
+     * T threads too, or at --lib-blas-threads. Only this harness sets
+     * OpenBLAS's (process-wide) thread count; the library never does. */
+    int lib = is_lib(v->row.variant);
+    openblas_set_num_threads(lib && lib_blas_threads ? lib_blas_threads
+                                                     : v->row.threads);
     double t0 = bench_now();
-    if (is_lib(v->row.variant)) {
+    if (lib) {
         int st = sdpa_forward(v->ctx, &d->args);
         double t = bench_now() - t0;
         if (st != SDPA_OK) {
@@ -405,10 +416,6 @@ static int run_block(const bench_data *d, int threads, const options *o,
     const bench_shape *s = d->shape;
     variant vars[BENCH_VAR_COUNT];
     memset(vars, 0, sizeof vars);
-    /* T threads means T cores for every variant: the bare gemms get T
-     * OpenBLAS threads, and libsdpa runs T workers beside an OpenBLAS set
-     * the same way (the harness may set it; the library never does). */
-    openblas_set_num_threads(o->blas_threads ? o->blas_threads : threads);
     for (int i = 0; i < BENCH_VAR_COUNT; i++) {
         vars[i].row.shape = s;
         vars[i].row.threads = threads;
@@ -565,6 +572,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    lib_blas_threads = o.lib_blas_threads;
 
     size_t nshapes;
     const bench_shape *shapes = bench_shapes(&nshapes);
@@ -579,6 +587,7 @@ int main(int argc, char **argv)
     bench_env env;
     memset(&env, 0, sizeof env);
     env.openblas_threads = openblas_get_num_threads();
+    env.lib_blas_threads = o.lib_blas_threads;
     env.openblas_config = openblas_get_config();
     env.openblas_core = openblas_get_corename();
     env.sdpa_version = sdpa_version_string();

@@ -32,9 +32,13 @@ void bench_report_header(const bench_env *env)
            "start\n",
            env->openblas_config, env->openblas_core, env->openblas_threads);
     printf("  'thr' T = T cores for every variant: the harness sets OpenBLAS "
-           "to T threads\n"
-           "  (or --blas-threads) before each block; libsdpa runs "
-           "SDPA_OPT_NUM_THREADS = T beside it.\n");
+           "to T threads before each\n"
+           "  baseline run, and to T (or --lib-blas-threads) before each "
+           "libsdpa run, which uses\n"
+           "  SDPA_OPT_NUM_THREADS = T.\n");
+    if (env->lib_blas_threads)
+        printf("  This run: OpenBLAS at %d thread(s) under libsdpa.\n",
+               env->lib_blas_threads);
     if (env->bw[1] > 0)
         printf("Read bandwidth (512 MiB streaming sum, median): %.1f GB/s "
                "with 1 thread, %.1f GB/s with 2\n",
@@ -154,6 +158,7 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
            (long long)env->kernel);
     json_string(env->openblas_config);
     printf(",\n  \"openblas_num_threads\": %d,\n", env->openblas_threads);
+    printf("  \"lib_blas_threads\": %d,\n", env->lib_blas_threads);
     printf("  \"read_bandwidth_Bps\": {\"1\": ");
     json_number(env->bw[1]);
     printf(", \"2\": ");
