@@ -1,6 +1,7 @@
 /* The human-readable table and the --json output. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "bench.h"
 
@@ -36,6 +37,11 @@ void bench_report_header(const bench_env *env)
            "  baseline run, and to T (or --lib-blas-threads) before each "
            "libsdpa run, which uses\n"
            "  SDPA_OPT_NUM_THREADS = T.\n");
+    printf("  OPENBLAS_THREAD_TIMEOUT=%s (the harness sets 4, so that "
+           "OpenBLAS threads left\n"
+           "  spinning by one run do not take cores from the next).\n",
+           getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT")
+                                             : "unset");
     if (env->lib_blas_threads)
         printf("  This run: OpenBLAS at %d thread(s) under libsdpa.\n",
                env->lib_blas_threads);

@@ -43,7 +43,9 @@
  * sdpa_ctx_last_error() says what went wrong and where.
  *
  * Threads. A context is used by one thread at a time; any number of contexts
- * may run in parallel. The library never changes BLAS threading settings.
+ * may run in parallel. SDPA_OPT_NUM_THREADS splits one call over workers of
+ * the context's own; results are bitwise identical for every value. The
+ * library never changes BLAS threading settings (README: Threads).
  */
 #ifndef SDPA_H
 #define SDPA_H
@@ -156,9 +158,12 @@ enum {
     SDPA_OPT_NUM_THREADS = 2,    /* worker threads, 1..256; default 1 */
     SDPA_OPT_KERNEL = 3,         /* SDPA_KERNEL_*; default AUTO */
     SDPA_OPT_PATH = 4,           /* SDPA_PATH_*; default AUTO */
-    SDPA_OPT_SCRATCH_LIMIT = 5,  /* bytes the planner may aim for; 0 = auto */
-    SDPA_OPT_BLOCK_Q = 6,        /* tiled path query block; 0 = auto */
-    SDPA_OPT_BLOCK_K = 7         /* tiled path key block; 0 = auto */
+    SDPA_OPT_SCRATCH_LIMIT = 5,  /* score bytes per worker the materialised
+                                    path aims for; 0 = auto (2 MiB) */
+    SDPA_OPT_BLOCK_Q = 6,        /* query rows per work item (materialised,
+                                    tiled); 0 = auto */
+    SDPA_OPT_BLOCK_K = 7         /* keys per block (tiled) or per chunk
+                                    (decode); 0 = auto */
     /* 8..999 reserved for stable options; 1000.. for experimental ones. */
 };
 
