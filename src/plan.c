@@ -25,9 +25,13 @@
 #define TILED_BLOCK_Q 256
 #define TILED_BLOCK_K 512
 /* With a causal mask smaller tiles waste less on the diagonal: shape B
- * measured 64×128 0.63, 128×64 0.64, 256×512 0.72 (materialised 0.85). */
+ * measured 64×128 0.63, 128×64 0.64, 256×512 0.72 (materialised 0.85).
+ * The waste shrinks with the length while small tiles stay slower: causal
+ * at T = 16384 measured 64×128 0.49, 256×512 0.475. Small tiles are used
+ * below CAUSAL_SMALL_TILES_BELOW query rows. */
 #define CAUSAL_BLOCK_Q 64
 #define CAUSAL_BLOCK_K 128
+#define CAUSAL_SMALL_TILES_BELOW 4096
 /* When the BLAS runs its own threads, tiles small enough that every gemm
  * stays on the calling thread (M·N·K <= SDPA_BLAS_SERIAL_MNK), so that
  * several workers can run gemms side by side. */
@@ -119,7 +123,8 @@ static void tiled_blocks(const sdpa_ctx *ctx, const sdpa_problem *p,
                          bool blas_parallel, int64_t *block_q,
                          int64_t *block_k)
 {
-    bool causal = p->causal != SDPA_CAUSAL_NONE;
+    bool causal = p->causal != SDPA_CAUSAL_NONE &&
+                  p->len_q < CAUSAL_SMALL_TILES_BELOW;
     int64_t bq = causal ? CAUSAL_BLOCK_Q : TILED_BLOCK_Q;
     int64_t bk = causal ? CAUSAL_BLOCK_K : TILED_BLOCK_K;
     if (blas_parallel) {
