@@ -1,5 +1,6 @@
 /* The online softmax engine for one dtype (T/SUF, GEMM, GEMV); see
  * online_softmax.h for the algorithm. */
+#include "rows_scalar_impl.h"
 
 static void NAME(gather_queries)(const sdpa_problem *p,
                                  const sdpa_row_block *blk, T *dst)
@@ -112,9 +113,7 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
             T block_max = (T)-INFINITY;
             if (lim > 0) {
                 if (p->softcap > 0)
-                    for (int64_t j = 0; j < lim; j++)
-                        x[j] = (T)(p->softcap *
-                                   tanh((double)x[j] / p->softcap));
+                    NAME(scalar_softcap)(x, lim, p->softcap);
                 const T *bias = p->bias.data
                                     ? AT(&p->bias, blk->batch, h, i) + kb
                                     : NULL;

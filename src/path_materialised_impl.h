@@ -14,16 +14,7 @@
  * weights are exactly the probabilities that produced the output.
  */
 
-/* Logit soft-cap s = c·tanh(s/c), in double for both dtypes. */
-static void NAME(softcap_rows)(T *s, int64_t rows, int64_t ld,
-                               int64_t ncols, double cap)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < ncols; j++) {
-            T *x = s + r * ld + j;
-            *x = (T)(cap * tanh((double)*x / cap));
-        }
-}
+#include "rows_scalar_impl.h"
 
 static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
                                    int kernel, void *scratch, int64_t item,
@@ -61,7 +52,8 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
              AT(&p->k, b, hk, 0), (int)sdpa_row_stride(&p->k, p->dim_k),
              (T)0, s, (int)ld);
         if (p->softcap > 0)
-            NAME(softcap_rows)(s, rows, ld, ncols, p->softcap);
+            for (int64_t r = 0; r < rows; r++)
+                NAME(scalar_softcap)(s + r * ld, ncols, p->softcap);
     }
 
     for (int64_t r = 0; r < rows; r++) {

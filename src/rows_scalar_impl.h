@@ -38,3 +38,11 @@ static inline void NAME(scalar_scale)(T *x, int64_t from, int64_t n, T c)
     for (int64_t j = from; j < n; j++)
         x[j] *= c;
 }
+
+/* Logit soft-cap x = c·tanh(x/c), in double for both dtypes (libm's tanh:
+ * exact to an ulp; soft-capped models are not the hot path). */
+static inline void NAME(scalar_softcap)(T *x, int64_t n, double cap)
+{
+    for (int64_t j = 0; j < n; j++)
+        x[j] = (T)(cap * tanh((double)x[j] / cap));
+}
