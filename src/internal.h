@@ -134,6 +134,10 @@ typedef struct sdpa_plan {
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem,
                    sdpa_plan *plan);
 
+/* Region `name` (q, s, o, m, l, a) of a worker's scratch, as a T*. */
+#define SDPA_REGION(T, plan, scratch, name)                                    \
+    ((T *)(void *)((char *)(scratch) + (plan)->off_##name))
+
 /* Where a non-finite logit was met: batch item, query head, query row. */
 typedef struct sdpa_where {
     int64_t batch, head, row;

@@ -50,8 +50,5 @@ SDPA_DECLARE_ONLINE(double, f64)
  * 10.2 GB/s as 4 gemvs (8 per row: 9.9). */
 #define GEMV_MAX_ROWS 4
 
-/* The regions of a worker's scratch (offsets from the plan). */
-#define SDPA_REGION(T, plan, scratch, name)                                    \
-    ((T *)(void *)((char *)(scratch) + (plan)->off_##name))
 
 #endif /* SDPA_ONLINE_SOFTMAX_H */

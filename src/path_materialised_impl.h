@@ -38,10 +38,10 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
         s = AT(&p->weights, b, h, i0);
         ld = sdpa_row_stride(&p->weights, p->len_k);
     } else {
-        s = scratch;
+        s = SDPA_REGION(T, plan, scratch, s);
         ld = (int64_t)plan->score_ld;
     }
-    T *inv_sum = (T *)scratch + plan->block_q * (int64_t)plan->score_ld;
+    T *inv_sum = SDPA_REGION(T, plan, scratch, m); /* one per row */
     T *out = AT(&p->out, b, h, i0);
     int64_t out_ld = sdpa_row_stride(&p->out, p->dim_v);
 

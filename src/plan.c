@@ -1,8 +1,9 @@
 /*
  * The plan: which path runs, how the work is split into items, and how much
- * scratch each worker holds. Nothing here depends on the thread count except
- * how many workers run: block sizes and decode chunks come from the shape
- * and the options only, so results are the same for every thread count.
+ * scratch each worker holds. SDPA_OPT_NUM_THREADS decides only how many
+ * workers run: paths, block sizes and decode chunks come from the shape,
+ * the options and the BLAS's own thread count, so results are bitwise the
+ * same for every SDPA_OPT_NUM_THREADS.
  */
 #include "internal.h"
 
@@ -162,7 +163,8 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         plan->score_ld = (size_t)score_ld;
         plan->rows = plan->block_q;
         plan->work_items = n * p->heads_q * plan->q_blocks;
-        /* scores (unless they live in the caller's weights), 1/sum per row */
+        /* region s: the scores (unless they live in the caller's weights);
+         * region m: the 1/sum of each row */
         ok = score_ld <= INT_MAX &&
              lay_out(plan, p->elem_size, 0,
                      (size_t)plan->block_q * (size_t)score_ld, 0,
