@@ -75,40 +75,57 @@ static const double TO[] = {0.3302, 0.6698, 0, 0.6698, 0.3302, 0};
 static const double TAm[] = {1, 0, 0.6698, 0.3302};
 static const double TOm[] = {1, 0, 0, 0.6698, 0.3302, 0};
 
-typedef struct two_token {
+/* The buffers and arguments of one call on T = 2 tokens, Dk = 2, Dv = 3:
+ * n batch items and h heads, inputs given in [N, H, T, D] order, an
+ * optional [N, H, T, T] mask; weights and lse requested. */
+typedef struct fixture {
     tbuf q, k, v, out, w, lse, mask;
     sdpa_forward_args a;
-} two_token;
+} fixture;
+
+static void fixture_init(fixture *f, int dtype, int64_t n, int64_t h,
+                         const double *q, const double *k, const double *v,
+                         const double *mask)
+{
+    memset(f, 0, sizeof *f);
+    f->q = mk(dtype, q, n, h, 2, 2);
+    f->k = mk(dtype, k, n, h, 2, 2);
+    f->v = mk(dtype, v, n, h, 2, 3);
+    f->out = mk(dtype, NULL, n, h, 2, 3);
+    f->w = mk(dtype, NULL, n, h, 2, 2);
+    f->lse = mk(dtype, NULL, n, h, 2, 1);
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dtype;
+    a.q = f->q.t;
+    a.k = f->k.t;
+    a.v = f->v.t;
+    a.out = f->out.t;
+    a.weights = f->w.t;
+    a.lse = f->lse.t;
+    if (mask) {
+        f->mask = mk(ELEM_U8, mask, n, h, 2, 2);
+        a.mask = f->mask.t;
+    }
+    f->a = a;
+}
+
+static void fixture_free(fixture *f)
+{
+    tbuf_free(&f->q);
+    tbuf_free(&f->k);
+    tbuf_free(&f->v);
+    tbuf_free(&f->out);
+    tbuf_free(&f->w);
+    tbuf_free(&f->lse);
+    tbuf_free(&f->mask);
+}
+
+/* The two-token example itself: one batch item, one head. */
+typedef fixture two_token;
 
 static void two_token_init(two_token *t, int dtype)
 {
-    memset(t, 0, sizeof *t);
-    t->q = mk(dtype, TQ, 1, 1, 2, 2);
-    t->k = mk(dtype, TK, 1, 1, 2, 2);
-    t->v = mk(dtype, TV, 1, 1, 2, 3);
-    t->out = mk(dtype, NULL, 1, 1, 2, 3);
-    t->w = mk(dtype, NULL, 1, 1, 2, 2);
-    t->lse = mk(dtype, NULL, 1, 1, 2, 1);
-    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
-    a.dtype = dtype;
-    a.q = t->q.t;
-    a.k = t->k.t;
-    a.v = t->v.t;
-    a.out = t->out.t;
-    a.weights = t->w.t;
-    a.lse = t->lse.t;
-    t->a = a;
-}
-
-static void two_token_free(two_token *t)
-{
-    tbuf_free(&t->q);
-    tbuf_free(&t->k);
-    tbuf_free(&t->v);
-    tbuf_free(&t->out);
-    tbuf_free(&t->w);
-    tbuf_free(&t->lse);
-    tbuf_free(&t->mask);
+    fixture_init(t, dtype, 1, 1, TQ, TK, TV, NULL);
 }
 
 static void forward_ok(sdpa_ctx *ctx, const sdpa_forward_args *a)
@@ -139,7 +156,7 @@ static void test_two_token(void **state)
     for (int64_t i = 0; i < 2; ++i)
         check_close("row sum", i, tget(&t.w, 0, 0, i, 0) + tget(&t.w, 0, 0, i, 1),
                     1.0, 1e-6);
-    two_token_free(&t);
+    fixture_free(&t);
     sdpa_ctx_destroy(ctx);
 }
 
@@ -168,7 +185,7 @@ static void test_two_token_mask(void **state)
     check_all("Am(allows)", &t.w, TAm, TOL);
     check_all("Om(allows)", &t.out, TOm, TOL);
     tbuf_free(&mt);
-    two_token_free(&t);
+    fixture_free(&t);
     sdpa_ctx_destroy(ctx);
 }
 
@@ -189,7 +206,7 @@ static void test_two_token_causal(void **state)
     forward_ok(ctx, &t.a);
     check_all("Am(br)", &t.w, TAm, TOL);
     check_all("Om(br)", &t.out, TOm, TOL);
-    two_token_free(&t);
+    fixture_free(&t);
     sdpa_ctx_destroy(ctx);
 }
 
@@ -286,7 +303,7 @@ static void test_post_softmax_pitfall(void **state)
     double right = tget(&t.w, 0, 0, 0, 0) + tget(&t.w, 0, 0, 0, 1);
     check_close("row sum", 0, right, 1.0, 1e-6);
     assert_true(fabs(right - wrong) > 0.5);
-    two_token_free(&t);
+    fixture_free(&t);
     sdpa_ctx_destroy(ctx);
 }
 
@@ -294,10 +311,7 @@ static void test_post_softmax_pitfall(void **state)
  * N = 2, H = 3, the two-token example in every slice; the mask forbids both
  * keys of (batch 1, head 2, row 1) only.
  */
-typedef struct fm {
-    tbuf q, k, v, out, w, lse, mask;
-    sdpa_forward_args a;
-} fm;
+typedef fixture fm;
 
 static void fm_init(fm *f, int dtype)
 {
@@ -310,34 +324,7 @@ static void fm_init(fm *f, int dtype)
     memset(m, 0, sizeof m);
     m[(1 * 3 + 2) * 4 + 2] = 1; /* b1 h2 row1 key0 */
     m[(1 * 3 + 2) * 4 + 3] = 1; /* b1 h2 row1 key1 */
-    f->q = mk(dtype, q, 2, 3, 2, 2);
-    f->k = mk(dtype, k, 2, 3, 2, 2);
-    f->v = mk(dtype, v, 2, 3, 2, 3);
-    f->out = mk(dtype, NULL, 2, 3, 2, 3);
-    f->w = mk(dtype, NULL, 2, 3, 2, 2);
-    f->lse = mk(dtype, NULL, 2, 3, 2, 1);
-    f->mask = mk(ELEM_U8, m, 2, 3, 2, 2);
-    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
-    a.dtype = dtype;
-    a.q = f->q.t;
-    a.k = f->k.t;
-    a.v = f->v.t;
-    a.out = f->out.t;
-    a.weights = f->w.t;
-    a.lse = f->lse.t;
-    a.mask = f->mask.t;
-    f->a = a;
-}
-
-static void fm_free(fm *f)
-{
-    tbuf_free(&f->q);
-    tbuf_free(&f->k);
-    tbuf_free(&f->v);
-    tbuf_free(&f->out);
-    tbuf_free(&f->w);
-    tbuf_free(&f->lse);
-    tbuf_free(&f->mask);
+    fixture_init(f, dtype, 2, 3, q, k, v, m);
 }
 
 static void test_fully_masked_row_error(void **state)
@@ -363,7 +350,7 @@ static void test_fully_masked_row_error(void **state)
     assert_int_equal(first_non_sentinel(f.out.mem, f.out.elems * f.out.esize), -1);
     assert_int_equal(first_non_sentinel(f.w.mem, f.w.elems * f.w.esize), -1);
     assert_int_equal(first_non_sentinel(f.lse.mem, f.lse.elems * f.lse.esize), -1);
-    fm_free(&f);
+    fixture_free(&f);
     sdpa_ctx_destroy(ctx);
 }
 
@@ -399,7 +386,7 @@ static void test_fully_masked_row_zero(void **state)
                     check_close("A", j, tget(&f.w, b, h, i, j), TA[i * 2 + j], TOL);
                 check_close("lse", i, tget(&f.lse, b, h, i, 0), lse[i], TOL);
             }
-    fm_free(&f);
+    fixture_free(&f);
     sdpa_ctx_destroy(ctx);
 }
 
@@ -417,7 +404,7 @@ static void test_reference_agrees(void **state)
         check_close("ref O", i, (double)r.out[i], TO[i], TOL);
     assert_false(r.any_empty);
     ref_free(&r);
-    two_token_free(&t);
+    fixture_free(&t);
 }
 
 #define BOTH(fn)                                                               \

@@ -29,64 +29,47 @@ static void check(const char *what, int i, double got, double want)
     }
 }
 
-static void run_float(sdpa_ctx *ctx, int causal, const double *want_a,
-                      const double *want_o)
+/* One run in either dtype: the inputs are written in double and converted,
+ * the outputs read back as double. */
+static void run(sdpa_ctx *ctx, int dtype, int causal, const double *want_a,
+                const double *want_o)
 {
-    float q[T * DK] = {1, 0, 0, 1};
-    float k[T * DK] = {1, 1, 2, 0};
-    float v[T * DV] = {1, 0, 0, 0, 1, 0};
-    float a[T * T], o[T * DV];
+    static const double q0[T * DK] = {1, 0, 0, 1};
+    static const double k0[T * DK] = {1, 1, 2, 0};
+    static const double v0[T * DV] = {1, 0, 0, 0, 1, 0};
+    const int f32 = dtype == SDPA_FLOAT32;
+    float qf[T * DK], kf[T * DK], vf[T * DV], af[T * T], of[T * DV];
+    double qd[T * DK], kd[T * DK], vd[T * DV], ad[T * T], od[T * DV];
+    for (int i = 0; i < T * DK; i++) {
+        qf[i] = (float)(qd[i] = q0[i]);
+        kf[i] = (float)(kd[i] = k0[i]);
+    }
+    for (int i = 0; i < T * DV; i++)
+        vf[i] = (float)(vd[i] = v0[i]);
 
     sdpa_forward_args args = SDPA_FORWARD_ARGS_INIT;
-    args.dtype = SDPA_FLOAT32;
+    args.dtype = dtype;
     args.causal = causal;
-    args.q = sdpa_tensor_bhtd(q, 1, 1, T, DK);
-    args.k = sdpa_tensor_bhtd(k, 1, 1, T, DK);
-    args.v = sdpa_tensor_bhtd(v, 1, 1, T, DV);
-    args.out = sdpa_tensor_bhtd(o, 1, 1, T, DV);
-    args.weights = sdpa_tensor_bhtd(a, 1, 1, T, T);
+    args.q = sdpa_tensor_bhtd(f32 ? (void *)qf : qd, 1, 1, T, DK);
+    args.k = sdpa_tensor_bhtd(f32 ? (void *)kf : kd, 1, 1, T, DK);
+    args.v = sdpa_tensor_bhtd(f32 ? (void *)vf : vd, 1, 1, T, DV);
+    args.out = sdpa_tensor_bhtd(f32 ? (void *)of : od, 1, 1, T, DV);
+    args.weights = sdpa_tensor_bhtd(f32 ? (void *)af : ad, 1, 1, T, T);
+    const char *name = f32 ? "float32" : "float64";
     int status = sdpa_forward(ctx, &args);
     if (status != SDPA_OK) {
-        printf("FAIL float32 causal=%d: %s (%s)\n", causal,
+        printf("FAIL %s causal=%d: %s (%s)\n", name, causal,
                sdpa_status_string(status), sdpa_ctx_last_error(ctx));
         failures++;
         return;
     }
+    char what[32];
+    snprintf(what, sizeof what, "%s%s A", name, causal ? " causal" : "");
     for (int i = 0; i < T * T; i++)
-        check(causal ? "float32 causal A" : "float32 A", i, (double)a[i],
-              want_a[i]);
+        check(what, i, f32 ? (double)af[i] : ad[i], want_a[i]);
+    snprintf(what, sizeof what, "%s%s O", name, causal ? " causal" : "");
     for (int i = 0; i < T * DV; i++)
-        check(causal ? "float32 causal O" : "float32 O", i, (double)o[i],
-              want_o[i]);
-}
-
-static void run_double(sdpa_ctx *ctx, int causal, const double *want_a,
-                       const double *want_o)
-{
-    double q[T * DK] = {1, 0, 0, 1};
-    double k[T * DK] = {1, 1, 2, 0};
-    double v[T * DV] = {1, 0, 0, 0, 1, 0};
-    double a[T * T], o[T * DV];
-
-    sdpa_forward_args args = SDPA_FORWARD_ARGS_INIT;
-    args.dtype = SDPA_FLOAT64;
-    args.causal = causal;
-    args.q = sdpa_tensor_bhtd(q, 1, 1, T, DK);
-    args.k = sdpa_tensor_bhtd(k, 1, 1, T, DK);
-    args.v = sdpa_tensor_bhtd(v, 1, 1, T, DV);
-    args.out = sdpa_tensor_bhtd(o, 1, 1, T, DV);
-    args.weights = sdpa_tensor_bhtd(a, 1, 1, T, T);
-    int status = sdpa_forward(ctx, &args);
-    if (status != SDPA_OK) {
-        printf("FAIL float64 causal=%d: %s (%s)\n", causal,
-               sdpa_status_string(status), sdpa_ctx_last_error(ctx));
-        failures++;
-        return;
-    }
-    for (int i = 0; i < T * T; i++)
-        check(causal ? "float64 causal A" : "float64 A", i, a[i], want_a[i]);
-    for (int i = 0; i < T * DV; i++)
-        check(causal ? "float64 causal O" : "float64 O", i, o[i], want_o[i]);
+        check(what, i, f32 ? (double)of[i] : od[i], want_o[i]);
 }
 
 static void check_versions(void)
@@ -129,10 +112,10 @@ int main(int argc, char **argv)
         printf("FAIL sdpa_ctx_create: %s\n", sdpa_status_string(status));
         return 1;
     }
-    run_float(ctx, SDPA_CAUSAL_NONE, a_full, o_full);
-    run_float(ctx, SDPA_CAUSAL_TOP_LEFT, a_causal, o_causal);
-    run_double(ctx, SDPA_CAUSAL_NONE, a_full, o_full);
-    run_double(ctx, SDPA_CAUSAL_TOP_LEFT, a_causal, o_causal);
+    run(ctx, SDPA_FLOAT32, SDPA_CAUSAL_NONE, a_full, o_full);
+    run(ctx, SDPA_FLOAT32, SDPA_CAUSAL_TOP_LEFT, a_causal, o_causal);
+    run(ctx, SDPA_FLOAT64, SDPA_CAUSAL_NONE, a_full, o_full);
+    run(ctx, SDPA_FLOAT64, SDPA_CAUSAL_TOP_LEFT, a_causal, o_causal);
     sdpa_ctx_destroy(ctx);
 
     if (failures) {
