@@ -113,7 +113,7 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
             T block_max = (T)-INFINITY;
             if (lim > 0) {
                 if (p->softcap > 0)
-                    NAME(scalar_softcap)(x, lim, p->softcap);
+                    rk->softcap(x, lim, (T)p->softcap);
                 const T *bias = p->bias.data
                                     ? AT(&p->bias, blk->batch, h, i) + kb
                                     : NULL;

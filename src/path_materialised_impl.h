@@ -53,7 +53,7 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
              (T)0, s, (int)ld);
         if (p->softcap > 0)
             for (int64_t r = 0; r < rows; r++)
-                NAME(scalar_softcap)(s + r * ld, ncols, p->softcap);
+                rk->softcap(s + r * ld, ncols, (T)p->softcap);
     }
 
     for (int64_t r = 0; r < rows; r++) {

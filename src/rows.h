@@ -8,8 +8,13 @@
  *             → -inf; returns the max over x (-inf if none allowed).
  *   exp_sum   x = exp(x - m), -inf → exactly 0; returns the sum.
  *   scale     x *= c.
- * mask_max's mask_forbids is the mask byte value meaning "forbidden" after
- * normalisation: mask[j] != 0 forbids when mask_nonzero_allows is false.
+ *   softcap   x = c·tanh(x/c), the logit soft-cap (NaN stays NaN). As
+ *             tanh(a) = (1 − e)/(1 + e) with e = exp(−2|a|) from the exp of
+ *             vexp.h: an absolute error within 4 eps of tanh, so the capped
+ *             logit is within 4·eps·c — what matters to the softmax, where
+ *             a logit's absolute error is the weight's relative error.
+ * mask_max: mask[j] != 0 forbids key j, or allows it when
+ * mask_nonzero_allows is true.
  */
 #ifndef SDPA_ROWS_H
 #define SDPA_ROWS_H
@@ -23,6 +28,7 @@
                       bool mask_nonzero_allows);                               \
         T (*exp_sum)(T *x, int64_t n, T m);                                    \
         void (*scale)(T *x, int64_t n, T c);                                   \
+        void (*softcap)(T *x, int64_t n, T c);                                 \
     } sdpa_row_kernels_##SUF;                                                  \
     extern const sdpa_row_kernels_##SUF sdpa_rows_portable_##SUF;              \
     extern const sdpa_row_kernels_##SUF sdpa_rows_avx2_##SUF;                  \

@@ -29,6 +29,8 @@
 #define VMAX(a, b) _mm256_max_ps(a, b)
 #define VAND(a, b) _mm256_and_ps(a, b)
 #define VOR(a, b) _mm256_or_ps(a, b)
+#define VANDNOT(a, b) _mm256_andnot_ps(a, b) /* ~a & b */
+#define VDIV(a, b) _mm256_div_ps(a, b)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)   /* a·b + c */
 #define VFNMA(a, b, c) _mm256_fnmadd_ps(a, b, c) /* c − a·b */
 #define VBLENDV(a, b, m) _mm256_blendv_ps(a, b, m)
@@ -63,6 +65,8 @@ static inline __m256i mask_is_zero_f32(const uint8_t *p)
 #undef VMAX
 #undef VAND
 #undef VOR
+#undef VANDNOT
+#undef VDIV
 #undef VFMA
 #undef VFNMA
 #undef VBLENDV
@@ -91,6 +95,8 @@ static inline __m256i mask_is_zero_f32(const uint8_t *p)
 #define VMAX(a, b) _mm256_max_pd(a, b)
 #define VAND(a, b) _mm256_and_pd(a, b)
 #define VOR(a, b) _mm256_or_pd(a, b)
+#define VANDNOT(a, b) _mm256_andnot_pd(a, b)
+#define VDIV(a, b) _mm256_div_pd(a, b)
 #define VFMA(a, b, c) _mm256_fmadd_pd(a, b, c)
 #define VFNMA(a, b, c) _mm256_fnmadd_pd(a, b, c)
 #define VBLENDV(a, b, m) _mm256_blendv_pd(a, b, m)

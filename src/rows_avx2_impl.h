@@ -101,8 +101,27 @@ static void NAME(avx2_scale)(T *x, int64_t n, T c)
     NAME(scalar_scale)(x, j, n, c);
 }
 
+static void NAME(avx2_softcap)(T *x, int64_t n, T c)
+{
+    const VT vc = VSET1(c), inv_c = VSET1(1 / c), one = VSET1((T)1);
+    const VT sign_bit = VSET1((T)-0.0);
+    int64_t j = 0;
+    for (; j + W <= n; j += W) {
+        VT v = VLOAD(x + j);
+        VT y = VMUL(v, inv_c);
+        VT sign = VAND(y, sign_bit);
+        VT a = VANDNOT(sign_bit, y); /* |y| */
+        VT e = NAME(vexp_neg)(VMUL(a, VSET1((T)-2)));
+        VT t = VDIV(VSUB(one, e), VADD(one, e));
+        VT capped = VOR(VMUL(vc, t), sign);
+        VSTORE(x + j, VBLENDV(capped, v, VCMP_UNORD(v, v)));
+    }
+    NAME(scalar_softcap)(x, j, n, c);
+}
+
 const NAME(sdpa_row_kernels) NAME(sdpa_rows_avx2) = {
     NAME(avx2_mask_max),
     NAME(avx2_exp_sum),
     NAME(avx2_scale),
+    NAME(avx2_softcap),
 };

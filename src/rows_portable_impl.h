@@ -20,8 +20,14 @@ static void NAME(portable_scale)(T *x, int64_t n, T c)
     NAME(scalar_scale)(x, 0, n, c);
 }
 
+static void NAME(portable_softcap)(T *x, int64_t n, T c)
+{
+    NAME(scalar_softcap)(x, 0, n, c);
+}
+
 const NAME(sdpa_row_kernels) NAME(sdpa_rows_portable) = {
     NAME(portable_mask_max),
     NAME(portable_exp_sum),
     NAME(portable_scale),
+    NAME(portable_softcap),
 };

@@ -39,10 +39,14 @@ static inline void NAME(scalar_scale)(T *x, int64_t from, int64_t n, T c)
         x[j] *= c;
 }
 
-/* Logit soft-cap x = c·tanh(x/c), in double for both dtypes (libm's tanh:
- * exact to an ulp; soft-capped models are not the hot path). */
-static inline void NAME(scalar_softcap)(T *x, int64_t n, double cap)
+/* x = c·tanh(x/c) by the formula of rows.h (NaN stays NaN). */
+static inline void NAME(scalar_softcap)(T *x, int64_t from, int64_t n, T c)
 {
-    for (int64_t j = 0; j < n; j++)
-        x[j] = (T)(cap * tanh((double)x[j] / cap));
+    for (int64_t j = from; j < n; j++) {
+        T y = x[j] / c;
+        T e = NAME(sdpa_exp_neg)(-2 * (y < 0 ? -y : y));
+        T t = (1 - e) / (1 + e);
+        if (y == y)
+            x[j] = y < 0 ? -c * t : c * t;
+    }
 }

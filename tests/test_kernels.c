@@ -7,7 +7,9 @@
  *     scalar (portable) and the vector (AVX2) code, float and double;
  *   - mask_max: bitwise equal between kernels (it only adds and selects);
  *   - exp_sum: each value within 2 ulp of expl (hence within 4 ulp of each
- *     other), sums within n·2^-23 (float) / n·2^-52 (double) relative.
+ *     other), sums within n·2^-23 (float) / n·2^-52 (double) relative;
+ *   - softcap: within 4·eps·c of c·tanh(x/c) (absolute, the bound rows.h
+ *     states).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -244,6 +246,44 @@ static void test_nan_is_reported(void **state)
         }
 }
 
+/* The soft-cap: within 4·eps·c of c·tanh(x/c) (long double tanhl) in both
+ * kernels and dtypes, NaN kept, ±inf → ±c. */
+static void test_softcap(void **state)
+{
+    (void)state;
+    static float xf[ROW], yf[ROW];
+    static double xd[ROW], yd[ROW];
+    const double cap = 30.0;
+    for (int k = 0; k < (have_avx2() ? 2 : 1); k++) {
+        const sdpa_row_kernels_f32 *kf = k ? &AVX2_F32 : &sdpa_rows_portable_f32;
+        const sdpa_row_kernels_f64 *kd = k ? &AVX2_F64 : &sdpa_rows_portable_f64;
+        for (int i = 0; i < ROW; i++) {
+            /* from tiny to far beyond the cap, both signs */
+            double v = uniform(-1, 1) * pow(10.0, uniform(-6, 3.5));
+            xf[i] = yf[i] = (float)v;
+            xd[i] = yd[i] = v;
+        }
+        yf[5] = NAN, yd[5] = NAN;
+        yf[6] = INFINITY, yd[6] = -INFINITY;
+        kf->softcap(yf, ROW, (float)cap);
+        kd->softcap(yd, ROW, cap);
+        for (int i = 0; i < ROW; i++) {
+            if (i == 5) {
+                assert_true(yf[i] != yf[i] && yd[i] != yd[i]);
+                continue;
+            }
+            if (i == 6) {
+                assert_true(yf[i] == (float)cap && yd[i] == -cap);
+                continue;
+            }
+            long double wf = (long double)cap * tanhl((long double)xf[i] / cap);
+            long double wd = (long double)cap * tanhl((long double)xd[i] / cap);
+            assert_true(fabsl((long double)yf[i] - wf) <= 4 * FLT_EPSILON * cap);
+            assert_true(fabsl((long double)yd[i] - wd) <= 4 * DBL_EPSILON * cap);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_avx2_matches_portable_f32),
         cmocka_unit_test(test_avx2_matches_portable_f64),
         cmocka_unit_test(test_nan_is_reported),
+        cmocka_unit_test(test_softcap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
