@@ -1,7 +1,5 @@
 /* The online softmax engine for one dtype (T/SUF, GEMM, GEMV); see
  * online_softmax.h for the algorithm. */
-#include "rows_scalar_impl.h"
-
 static void NAME(gather_queries)(const sdpa_problem *p,
                                  const sdpa_row_block *blk, T *dst)
 {

@@ -14,8 +14,6 @@
  * weights are exactly the probabilities that produced the output.
  */
 
-#include "rows_scalar_impl.h"
-
 static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
                                    int kernel, void *scratch, int64_t item,
                                    sdpa_where *where)
