@@ -28,8 +28,9 @@ typedef struct sdpa_row_block {
     int64_t key_begin, key_end;
 } sdpa_row_block;
 
-/* Stacked row r of a block is query head head_first + r / rows, query row
- * row_first + r % rows. */
+/* Stacked row r of a block is query row row_first + r / heads of query head
+ * head_first + r % heads: rows first, so that the rows' causal key limits
+ * never decrease down the stack. */
 
 #define SDPA_DECLARE_ONLINE(T, SUF)                                            \
     int sdpa_online_softmax_##SUF(const sdpa_problem *p,                       \

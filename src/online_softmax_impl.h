@@ -4,8 +4,8 @@ static void NAME(gather_queries)(const sdpa_problem *p,
                                  const sdpa_row_block *blk, T *dst)
 {
     int64_t r = 0;
-    for (int64_t hh = 0; hh < blk->heads; hh++)
-        for (int64_t i = 0; i < blk->rows; i++, r++) {
+    for (int64_t i = 0; i < blk->rows; i++)
+        for (int64_t hh = 0; hh < blk->heads; hh++, r++) {
             const T *src = AT(&p->q, blk->batch, blk->head_first + hh,
                               blk->row_first + i);
             for (int64_t d = 0; d < p->dim_k; d++)
@@ -21,8 +21,8 @@ static bool NAME(mask_tile_closed)(const sdpa_problem *p,
 {
     int64_t n = blk->heads * blk->rows;
     for (int64_t r = 0; r < n; r++) {
-        int64_t h = blk->head_first + r / blk->rows;
-        int64_t i = blk->row_first + r % blk->rows;
+        int64_t h = blk->head_first + r % blk->heads;
+        int64_t i = blk->row_first + r / blk->heads;
         int64_t end = limit[r] < kb + bk ? limit[r] : kb + bk;
         const uint8_t *mask =
             (const uint8_t *)sdpa_at(&p->mask, 1, blk->batch, h, i);
@@ -63,7 +63,7 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
     int64_t key_end = blk->key_begin;
     for (int64_t r = 0; r < n; r++) {
         int64_t lim = sdpa_key_limit(p, blk->batch,
-                                     blk->row_first + r % blk->rows);
+                                     blk->row_first + r / blk->heads);
         limit[r] = lim < blk->key_end ? lim : blk->key_end;
         key_end = limit[r] > key_end ? limit[r] : key_end;
         m[r] = (T)-INFINITY;
@@ -72,10 +72,9 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
 
     for (int64_t e = 0; e < n * dv; e++)
         acc[e] = 0;
-    /* Rows below `active` see none of the keys from kb on. For one head's
-     * rows the limits grow with the row (causal), so the rows a key block
-     * needs are a suffix: both products skip the rows above it. */
-    const bool limits_grow = blk->heads == 1;
+    /* Rows below `active` see none of the keys from kb on: the limits never
+     * decrease down the stack, so the rows a key block needs are a suffix
+     * and both products skip the rows above it (causal masks). */
     int64_t active = 0;
     const T *k = AT(&p->k, blk->batch, blk->head_kv, 0);
     const T *v = AT(&p->v, blk->batch, blk->head_kv, 0);
@@ -86,9 +85,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                                                   : plan->block_k;
         if (p->mask.data && NAME(mask_tile_closed)(p, blk, limit, kb, bk))
             continue; /* nothing to see here: skip both products */
-        if (limits_grow)
-            while (active < n && limit[active] <= kb)
-                active++;
+        while (active < n && limit[active] <= kb)
+            active++;
         const int64_t m_rows = n - active;
         T *s_rows = s + active * ld, *acc_rows = acc + active * dv;
 
@@ -103,8 +101,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                  (int)q_ld, k + kb * k_ld, (int)k_ld, (T)0, s_rows, (int)ld);
 
         for (int64_t r = active; r < n; r++) {
-            int64_t h = blk->head_first + r / blk->rows;
-            int64_t i = blk->row_first + r % blk->rows;
+            int64_t h = blk->head_first + r % blk->heads;
+            int64_t i = blk->row_first + r / blk->heads;
             T *x = s + r * ld;
             int64_t lim = limit[r] - kb;
             lim = lim < 0 ? 0 : lim > bk ? bk : lim;

@@ -68,7 +68,7 @@ static int NAME(decode_merge_item)(const sdpa_problem *p,
                 for (int64_t d = 0; d < dv; d++)
                     acc[d] += part[d] * w;
             }
-        int64_t h = hk * p->group + r / p->len_q, i = r % p->len_q;
+        int64_t h = hk * p->group + r % p->group, i = r / p->group;
         int status = NAME(sdpa_finish_row)(p, b, h, i, acc, m, l, where);
         if (status != SDPA_OK)
             return status;

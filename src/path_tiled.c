@@ -1,8 +1,9 @@
 /*
  * The tiled path: one work item is a block of query rows of one (batch item,
- * query head), run through the online softmax over all of its keys in
- * blocks of plan->block_k. Scratch is O(block_q · (block_k + Dk + Dv)) per
- * worker, independent of Tk; causal masks and kv_lens end the key loop early
+ * KV head), for every query head of the head's GQA group at once, run
+ * through the online softmax over all of its keys in blocks of
+ * plan->block_k. Scratch is O(rows · (block_k + Dk + Dv)) per worker,
+ * independent of Tk; causal masks and kv_lens end the key loop early
  * (blocks no row can see are never computed).
  */
 #include "online_softmax.h"

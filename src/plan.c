@@ -119,7 +119,9 @@ static void largest_calls(const sdpa_problem *p, const sdpa_plan *plan,
 }
 
 /* Tile sizes for the tiled path: the options, else the defaults, else
- * (BLAS threads inside gemms) tiles whose gemms the BLAS runs serially. */
+ * (BLAS threads inside gemms) tiles whose gemms the BLAS runs serially.
+ * The defaults count the stacked rows of a whole GQA group; block_q is the
+ * query rows of each head (SDPA_OPT_BLOCK_Q sets it directly). */
 static void tiled_blocks(const sdpa_ctx *ctx, const sdpa_problem *p,
                          bool blas_parallel, int64_t *block_q,
                          int64_t *block_k)
@@ -134,6 +136,7 @@ static void tiled_blocks(const sdpa_ctx *ctx, const sdpa_problem *p,
         bq = SDPA_BLAS_SERIAL_MNK / (bk * dmax);
         bq = bq < MIN_BLOCK_Q ? MIN_BLOCK_Q : min64(bq, TILED_BLOCK_Q);
     }
+    bq = bq / p->group > 0 ? bq / p->group : 1;
     if (ctx->options[SDPA_OPT_BLOCK_Q])
         bq = ctx->options[SDPA_OPT_BLOCK_Q];
     if (ctx->options[SDPA_OPT_BLOCK_K])
@@ -172,12 +175,15 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         break;
     }
     case SDPA_PATH_TILED:
+        /* block_q query rows of each of the group's g heads: rows = g·block_q
+         * stacked rows (gathered from q when g > 1) */
         tiled_blocks(ctx, p, blas_parallel, &plan->block_q, &plan->block_k);
         plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
-        plan->rows = plan->block_q;
-        plan->work_items = n * p->heads_q * plan->q_blocks;
-        ok = lay_out(plan, p->elem_size, 0,
+        plan->rows = plan->block_q * p->group;
+        plan->work_items = n * p->heads_kv * plan->q_blocks;
+        ok = lay_out(plan, p->elem_size,
+                     p->group > 1 ? (size_t)(plan->rows * dk) : 0,
                      (size_t)plan->rows * plan->score_ld,
                      (size_t)(plan->rows * dv), (size_t)plan->rows);
         break;
