@@ -30,6 +30,10 @@ static const bench_shape suite[] = {
     {.name = "H", .what = "N=2 H=4 Tq=256 Tk=2048 Dk=64 Dv=32",
      .dtype = SDPA_FLOAT32, .n = 2, .hq = 4, .hkv = 4, .tq = 256, .tk = 2048,
      .dk = 64, .dv = 32, .causal = SDPA_CAUSAL_NONE},
+    /* beyond the list: a Llama-style GQA prefill */
+    {.name = "I", .what = "GQA prefill N=1 Hq=32 Hkv=8 T=1024 D=128 causal",
+     .dtype = SDPA_FLOAT32, .n = 1, .hq = 32, .hkv = 8, .tq = 1024,
+     .tk = 1024, .dk = 128, .dv = 128, .causal = SDPA_CAUSAL_TOP_LEFT},
     {.name = "L", .what = "N=1 H=1 T=131072 D=64 causal top-left",
      .dtype = SDPA_FLOAT32, .n = 1, .hq = 1, .hkv = 1, .tq = 131072,
      .tk = 131072, .dk = 64, .dv = 64, .causal = SDPA_CAUSAL_TOP_LEFT,
