@@ -2,23 +2,34 @@
  * of rows_avx2.c (W lanes of type VT). Tails use the scalar kernels' math. */
 #include "rows_scalar_impl.h"
 
-/* exp(x) for x <= 0, the method of vexp.h on W lanes at once. */
-static inline VT NAME(vexp_neg)(VT x)
+/* exp(x) for x <= 0, the method of vexp.h on the U vectors x[0..U) at once,
+ * in place. Each step is applied to all U before the next: one exp alone is
+ * a chain of dependent FMAs (the Horner steps) that leaves the FMA units
+ * idle, and compilers keep the order the source gives. U is a constant at
+ * every call, so the loops below unroll into straight-line code. */
+static inline void NAME(vexp_neg)(VT *x, int u)
 {
-    const VT lowest = VSET1(EXPC(LOWEST));
-    VT keep = VCMP_GE(x, lowest); /* false below range, for -inf and NaN */
-    x = VMAX(x, lowest);
-    const VT magic = VSET1(EXPC(MAGIC));
-    VT t = VFMA(x, VSET1(EXPC(LOG2E)), magic);
-    VT n = VSUB(t, magic);
-    VT r = VFNMA(n, VSET1(EXPC(LN2HI)), x);
-    r = VFNMA(n, VSET1(EXPC(LN2LO)), r);
-    VT p = VSET1((T)sdpa_inv_factorial[EXPC(DEGREE)]);
+    const VT lowest = VSET1(EXPC(LOWEST)), magic = VSET1(EXPC(MAGIC));
+    VT keep[4], t[4], r[4], p[4];
+    for (int i = 0; i < u; i++) {
+        keep[i] = VCMP_GE(x[i], lowest); /* false below range, -inf, NaN */
+        x[i] = VMAX(x[i], lowest);
+        t[i] = VFMA(x[i], VSET1(EXPC(LOG2E)), magic);
+    }
+    for (int i = 0; i < u; i++) {
+        VT n = VSUB(t[i], magic);
+        r[i] = VFNMA(n, VSET1(EXPC(LN2HI)), x[i]);
+        r[i] = VFNMA(n, VSET1(EXPC(LN2LO)), r[i]);
+        p[i] = VSET1((T)sdpa_inv_factorial[EXPC(DEGREE)]);
+    }
     for (int k = EXPC(DEGREE) - 1; k >= 0; k--)
-        p = VFMA(p, r, VSET1((T)sdpa_inv_factorial[k]));
-    __m256i bits = VADDI(VCASTI(t), VSET1I(EXPC(BIAS)));
-    VT two_n = VCASTF(VSLLI(bits, EXPC(MANT)));
-    return VAND(VMUL(p, two_n), keep);
+        for (int i = 0; i < u; i++)
+            p[i] = VFMA(p[i], r[i], VSET1((T)sdpa_inv_factorial[k]));
+    for (int i = 0; i < u; i++) {
+        __m256i bits = VADDI(VCASTI(t[i]), VSET1I(EXPC(BIAS)));
+        VT two_n = VCASTF(VSLLI(bits, EXPC(MANT)));
+        x[i] = VAND(VMUL(p[i], two_n), keep[i]);
+    }
 }
 
 static T NAME(avx2_mask_max)(T *x, int64_t n, const T *bias,
@@ -26,8 +37,8 @@ static T NAME(avx2_mask_max)(T *x, int64_t n, const T *bias,
 {
     const VT minus_inf = VSET1((T)-INFINITY);
     /* forbidden = (mask == 0) xor flip, per lane */
-    const __m256i flip = mask_nonzero_allows ? _mm256_setzero_si256()
-                                             : _mm256_set1_epi32(-1);
+    const __m256i flip =
+        mask_nonzero_allows ? _mm256_setzero_si256() : _mm256_set1_epi32(-1);
     VT vmax = minus_inf, vnan = VZERO();
     int64_t j = 0;
     if (!bias && !mask) /* nothing to apply: a read-only max */
@@ -64,24 +75,22 @@ static T NAME(avx2_exp_sum)(T *x, int64_t n, T m)
     const VT vm = VSET1(m);
     VT acc0 = VZERO(), acc1 = VZERO(), acc2 = VZERO(), acc3 = VZERO();
     int64_t j = 0;
-    /* Four independent exps in flight: one alone is a chain of dependent
-     * FMAs (the Horner steps) that would leave the FMA units idle. */
+    /* Four independent exps in flight (see vexp_neg). */
     for (; j + 4 * W <= n; j += 4 * W) {
-        VT e0 = NAME(vexp_neg)(VSUB(VLOAD(x + j), vm));
-        VT e1 = NAME(vexp_neg)(VSUB(VLOAD(x + j + W), vm));
-        VT e2 = NAME(vexp_neg)(VSUB(VLOAD(x + j + 2 * W), vm));
-        VT e3 = NAME(vexp_neg)(VSUB(VLOAD(x + j + 3 * W), vm));
-        VSTORE(x + j, e0);
-        VSTORE(x + j + W, e1);
-        VSTORE(x + j + 2 * W, e2);
-        VSTORE(x + j + 3 * W, e3);
-        acc0 = VADD(acc0, e0);
-        acc1 = VADD(acc1, e1);
-        acc2 = VADD(acc2, e2);
-        acc3 = VADD(acc3, e3);
+        VT e[4];
+        for (int i = 0; i < 4; i++)
+            e[i] = VSUB(VLOAD(x + j + i * W), vm);
+        NAME(vexp_neg)(e, 4);
+        for (int i = 0; i < 4; i++)
+            VSTORE(x + j + i * W, e[i]);
+        acc0 = VADD(acc0, e[0]);
+        acc1 = VADD(acc1, e[1]);
+        acc2 = VADD(acc2, e[2]);
+        acc3 = VADD(acc3, e[3]);
     }
     for (; j + W <= n; j += W) {
-        VT e = NAME(vexp_neg)(VSUB(VLOAD(x + j), vm));
+        VT e = VSUB(VLOAD(x + j), vm);
+        NAME(vexp_neg)(&e, 1);
         VSTORE(x + j, e);
         acc0 = VADD(acc0, e);
     }
@@ -111,7 +120,8 @@ static void NAME(avx2_softcap)(T *x, int64_t n, T c)
         VT y = VMUL(v, inv_c);
         VT sign = VAND(y, sign_bit);
         VT a = VANDNOT(sign_bit, y); /* |y| */
-        VT e = NAME(vexp_neg)(VMUL(a, VSET1((T)-2)));
+        VT e = VMUL(a, VSET1((T)-2));
+        NAME(vexp_neg)(&e, 1);
         VT t = VDIV(VSUB(one, e), VADD(one, e));
         VT capped = VOR(VMUL(vc, t), sign);
         VSTORE(x + j, VBLENDV(capped, v, VCMP_UNORD(v, v)));
