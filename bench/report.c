@@ -26,7 +26,8 @@ static double mib(int64_t bytes) { return (double)bytes / BENCH_MIB; }
 void bench_report_header(const bench_env *env)
 {
     printf("sdpa-bench: libsdpa %s, row kernel %s\n", env->sdpa_version,
-           env->kernel == SDPA_KERNEL_AVX2       ? "avx2"
+           env->kernel == SDPA_KERNEL_AVX512     ? "avx512"
+           : env->kernel == SDPA_KERNEL_AVX2     ? "avx2"
            : env->kernel == SDPA_KERNEL_PORTABLE ? "portable"
                                                  : "?");
     printf("OpenBLAS: %s (core %s), openblas_get_num_threads() = %d at "

@@ -168,7 +168,14 @@ enum {
 };
 
 enum { SDPA_EMPTY_ROWS_ERROR = 0, SDPA_EMPTY_ROWS_ZERO = 1 };
-enum { SDPA_KERNEL_AUTO = 0, SDPA_KERNEL_PORTABLE = 1, SDPA_KERNEL_AVX2 = 2 };
+/* Row kernels (the softmax pass). AUTO picks the widest the CPU runs:
+ * AVX512 (F, DQ, BW, VL), then AVX2 (with FMA), then PORTABLE C. */
+enum {
+    SDPA_KERNEL_AUTO = 0,
+    SDPA_KERNEL_PORTABLE = 1,
+    SDPA_KERNEL_AVX2 = 2,
+    SDPA_KERNEL_AVX512 = 3
+};
 enum {
     SDPA_PATH_AUTO = 0,
     SDPA_PATH_MATERIALISED = 1, /* whole Tq×Tk score rows per slice */
@@ -178,7 +185,8 @@ enum {
 
 /* Set / get an option. Unknown ids give SDPA_ERR_UNKNOWN_OPTION, values out
  * of range SDPA_ERR_BAD_OPTION_VALUE (the option keeps its value). Setting
- * SDPA_OPT_KERNEL to AVX2 on a CPU without AVX2+FMA gives SDPA_ERR_UNSUPPORTED.
+ * SDPA_OPT_KERNEL to AVX2 on a CPU without AVX2+FMA, or to AVX512 on one
+ * without AVX-512 F/DQ/BW/VL, gives SDPA_ERR_UNSUPPORTED.
  * Getting SDPA_OPT_KERNEL returns the kernel that AUTO resolves to. */
 SDPA_API int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value);
 SDPA_API int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option,

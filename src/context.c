@@ -75,8 +75,7 @@ int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
     ctx->allocator = *allocator;
     ctx->allocator.struct_size = sizeof(sdpa_allocator);
     ctx->options[SDPA_OPT_NUM_THREADS] = 1;
-    ctx->kernel = sdpa_cpu_has_avx2_fma() ? SDPA_KERNEL_AVX2
-                                          : SDPA_KERNEL_PORTABLE;
+    ctx->kernel = sdpa_kernel_best();
     *out = ctx;
     return SDPA_OK;
 }
@@ -133,7 +132,7 @@ static bool option_range(int option, int64_t *lo, int64_t *hi)
         *lo = 1, *hi = SDPA_MAX_THREADS;
         return true;
     case SDPA_OPT_KERNEL:
-        *lo = SDPA_KERNEL_AUTO, *hi = SDPA_KERNEL_AVX2;
+        *lo = SDPA_KERNEL_AUTO, *hi = SDPA_KERNEL_AVX512;
         return true;
     case SDPA_OPT_PATH:
         *lo = SDPA_PATH_AUTO, *hi = SDPA_PATH_DECODE;
@@ -165,14 +164,17 @@ int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
                          option, (long long)lo, (long long)hi,
                          (long long)value);
     if (option == SDPA_OPT_KERNEL) {
-        bool avx2 = sdpa_cpu_has_avx2_fma();
-        if (value == SDPA_KERNEL_AVX2 && !avx2)
+        if (value == SDPA_KERNEL_AVX2 && !sdpa_kernel_supported((int)value))
             return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
                              "sdpa_ctx_set_int: this CPU lacks AVX2+FMA, "
                              "the AVX2 kernel cannot run");
-        ctx->kernel = value == SDPA_KERNEL_AUTO
-                          ? (avx2 ? SDPA_KERNEL_AVX2 : SDPA_KERNEL_PORTABLE)
-                          : (int)value;
+        if (value == SDPA_KERNEL_AVX512 && !sdpa_kernel_supported((int)value))
+            return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
+                             "sdpa_ctx_set_int: this CPU lacks AVX-512 "
+                             "(F, DQ, BW and VL), the AVX512 kernel cannot "
+                             "run");
+        ctx->kernel =
+            value == SDPA_KERNEL_AUTO ? sdpa_kernel_best() : (int)value;
     }
     ctx->options[option] = value;
     ctx->message[0] = '\0';

@@ -175,8 +175,11 @@ int sdpa_blas_threads(void);
 #define SDPA_BLAS_SERIAL_MNK 262144 /* gemm: 65536 · 4 */
 #define SDPA_BLAS_SERIAL_MN 9216    /* gemv: 2304 · 4 */
 
-/* CPU detection (cached): does this CPU run the AVX2+FMA kernel? */
-bool sdpa_cpu_has_avx2_fma(void);
+/* CPU detection: can this CPU (and OS) run the row kernels of kernel
+ * (an SDPA_KERNEL_* other than AUTO)? And the widest set it can run, what
+ * SDPA_KERNEL_AUTO resolves to. */
+bool sdpa_kernel_supported(int kernel);
+int sdpa_kernel_best(void);
 
 /* Checked size arithmetic: false on overflow. */
 static inline bool sdpa_mul_size(size_t a, size_t b, size_t *r)

@@ -1,6 +1,7 @@
 /*
  * The row kernels: the few operations of the masked softmax that touch every
- * score, in a portable C version and an AVX2+FMA version chosen at run time.
+ * score, in a portable C version, an AVX2+FMA version and an AVX-512 version
+ * (rows_simd_impl.h for both vector ones), chosen at run time.
  * Each kernel set exists for float (f32) and double (f64) from one template.
  *
  * All of them work on one row of n scores x[0..n), in place:
@@ -32,6 +33,7 @@
     } sdpa_row_kernels_##SUF;                                                  \
     extern const sdpa_row_kernels_##SUF sdpa_rows_portable_##SUF;              \
     extern const sdpa_row_kernels_##SUF sdpa_rows_avx2_##SUF;                  \
+    extern const sdpa_row_kernels_##SUF sdpa_rows_avx512_##SUF;                \
     const sdpa_row_kernels_##SUF *sdpa_row_kernels_select_##SUF(int kernel);
 
 SDPA_DECLARE_ROW_KERNELS(float, f32)

@@ -1,33 +1,63 @@
-/* Run-time choice of the row kernels: AVX2+FMA where the CPU (and the OS,
- * which must save the YMM registers) supports it, portable C elsewhere. */
+/* Run-time choice of the row kernels: the widest vector set the CPU (and
+ * the OS, which must save the wider registers) supports, portable C where
+ * there is none. */
 #include "internal.h"
 #include "rows.h"
 
-bool sdpa_cpu_has_avx2_fma(void)
+bool sdpa_kernel_supported(int kernel)
 {
+    switch (kernel) {
+    case SDPA_KERNEL_PORTABLE:
+        return true;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    /* libgcc / compiler-rt also check XGETBV for the OS's AVX state. */
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
+    /* libgcc / compiler-rt also check XGETBV for the OS's YMM / ZMM and
+     * mask-register state before they report these features. */
+    case SDPA_KERNEL_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case SDPA_KERNEL_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
 #endif
+    default:
+        return false;
+    }
 }
 
+int sdpa_kernel_best(void)
+{
+    if (sdpa_kernel_supported(SDPA_KERNEL_AVX512))
+        return SDPA_KERNEL_AVX512;
+    if (sdpa_kernel_supported(SDPA_KERNEL_AVX2))
+        return SDPA_KERNEL_AVX2;
+    return SDPA_KERNEL_PORTABLE;
+}
+
+/* Off x86 only the portable set exists; a context never resolves to the
+ * others there (sdpa_kernel_supported says no), so these never run. */
 #if defined(__x86_64__) || defined(__i386__)
-#define AVX2_OR_PORTABLE(SUF) &sdpa_rows_avx2_##SUF
+#define VECTOR_SET(isa, SUF) &sdpa_rows_##isa##_##SUF
 #else
-#define AVX2_OR_PORTABLE(SUF) &sdpa_rows_portable_##SUF
+#define VECTOR_SET(isa, SUF) &sdpa_rows_portable_##SUF
 #endif
 
-const sdpa_row_kernels_f32 *sdpa_row_kernels_select_f32(int kernel)
-{
-    return kernel == SDPA_KERNEL_AVX2 ? AVX2_OR_PORTABLE(f32)
-                                      : &sdpa_rows_portable_f32;
-}
+#define SDPA_DEFINE_KERNEL_SELECT(SUF)                                         \
+    const sdpa_row_kernels_##SUF *sdpa_row_kernels_select_##SUF(int kernel)    \
+    {                                                                          \
+        switch (kernel) {                                                      \
+        case SDPA_KERNEL_AVX512:                                               \
+            return VECTOR_SET(avx512, SUF);                                    \
+        case SDPA_KERNEL_AVX2:                                                 \
+            return VECTOR_SET(avx2, SUF);                                      \
+        default:                                                               \
+            return &sdpa_rows_portable_##SUF;                                  \
+        }                                                                      \
+    }
 
-const sdpa_row_kernels_f64 *sdpa_row_kernels_select_f64(int kernel)
-{
-    return kernel == SDPA_KERNEL_AVX2 ? AVX2_OR_PORTABLE(f64)
-                                      : &sdpa_rows_portable_f64;
-}
+SDPA_DEFINE_KERNEL_SELECT(f32)
+SDPA_DEFINE_KERNEL_SELECT(f64)

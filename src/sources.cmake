@@ -15,13 +15,17 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/rows_dispatch.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_portable.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_avx2.c
+    ${CMAKE_CURRENT_LIST_DIR}/rows_avx512.c
 )
 
-# The AVX2+FMA row kernel is always built and chosen at run time by CPU
-# detection, so only its own file gets the ISA flags.
+# The AVX2+FMA and AVX-512 row kernels are always built and chosen at run
+# time by CPU detection, so only their own files get the ISA flags.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64|i[3-6]86")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/rows_avx2.c
     PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/rows_avx512.c
+    PROPERTIES COMPILE_OPTIONS
+    "-mavx2;-mfma;-mavx512f;-mavx512dq;-mavx512bw;-mavx512vl")
   set(SDPA_HAVE_X86 ON)
 else()
   set(SDPA_HAVE_X86 OFF)

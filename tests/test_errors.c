@@ -702,7 +702,8 @@ static void test_option_defaults(void **state)
     assert_int_equal(v, 0);
     /* KERNEL reports what AUTO resolves to: a concrete kernel. */
     assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
-    assert_true(v == SDPA_KERNEL_PORTABLE || v == SDPA_KERNEL_AVX2);
+    assert_true(v == SDPA_KERNEL_PORTABLE || v == SDPA_KERNEL_AVX2 ||
+                v == SDPA_KERNEL_AVX512);
     assert_string_equal(sdpa_ctx_last_error(c), "");
     sdpa_ctx_destroy(c);
 }
@@ -849,6 +850,7 @@ static void test_unsupported(void **state)
     fx *f = *state;
     int checked = 0;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    /* The test asks the CPU itself, independently of the library. */
     __builtin_cpu_init();
     int have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int st = sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AVX2);
@@ -859,8 +861,26 @@ static void test_unsupported(void **state)
         check_message_any(sdpa_ctx_last_error(f->ctx), "avx2",
                           NEEDLES("AVX2", "avx2"));
     }
+    int have512 = have && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl");
+    st = sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AVX512);
+    if (have512) {
+        assert_int_equal(st, SDPA_OK);
+    } else {
+        assert_int_equal(st, SDPA_ERR_UNSUPPORTED);
+        check_message_any(sdpa_ctx_last_error(f->ctx), "avx512",
+                          NEEDLES("AVX-512", "AVX512"));
+    }
     assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO),
                      SDPA_OK);
+    /* AUTO resolves to the widest kernel the CPU runs. */
+    int64_t v = -1;
+    assert_int_equal(sdpa_ctx_get_int(f->ctx, SDPA_OPT_KERNEL, &v), SDPA_OK);
+    assert_int_equal(v, have512 ? SDPA_KERNEL_AVX512
+                        : have  ? SDPA_KERNEL_AVX2
+                                : SDPA_KERNEL_PORTABLE);
     checked++;
 #endif
     /* Weights need the whole row: a forced tiled / decode path may refuse

@@ -1,10 +1,11 @@
 /*
  * The row kernels on their own (internal API, linked from the static
  * library): the exp error bound stated in src/vexp.h, exact zeros for
- * forbidden keys, and agreement of the AVX2+FMA kernels with the portable
- * ones. Bounds checked here:
+ * forbidden keys, and agreement of the vector kernels (AVX2+FMA, AVX-512)
+ * with the portable ones. Every vector set this CPU runs is tested; the
+ * others are named in the output as not tested. Bounds checked here:
  *   - exp: <= 2 ulp against long double expl over the normal range, for the
- *     scalar (portable) and the vector (AVX2) code, float and double;
+ *     scalar (portable) and each vector code, float and double;
  *   - mask_max: bitwise equal between kernels (it only adds and selects);
  *   - exp_sum: each value within 2 ulp of expl (hence within 4 ulp of each
  *     other), sums within n·2^-23 (float) / n·2^-52 (double) relative;
@@ -52,23 +53,42 @@ static double ulps_f64(double y, long double exact)
     return (double)(fabsl((long double)y - exact) / ulp);
 }
 
-static bool have_avx2(void) { return sdpa_cpu_has_avx2_fma(); }
+/* The kernel sets under test: the portable one first, then the vector sets
+ * (x86 only). */
+typedef struct kernel_set {
+    const char *name;
+    int id; /* SDPA_KERNEL_* */
+    const sdpa_row_kernels_f32 *f32;
+    const sdpa_row_kernels_f64 *f64;
+} kernel_set;
 
-/* The AVX2 kernels exist on x86 only; elsewhere have_avx2() is false and
- * these names stand for the portable kernels, never called as AVX2. */
+static const kernel_set kernel_sets[] = {
+    {"portable", SDPA_KERNEL_PORTABLE, &sdpa_rows_portable_f32,
+     &sdpa_rows_portable_f64},
 #if defined(__x86_64__) || defined(__i386__)
-#define AVX2_F32 sdpa_rows_avx2_f32
-#define AVX2_F64 sdpa_rows_avx2_f64
-#else
-#define AVX2_F32 sdpa_rows_portable_f32
-#define AVX2_F64 sdpa_rows_portable_f64
+    {"avx2", SDPA_KERNEL_AVX2, &sdpa_rows_avx2_f32, &sdpa_rows_avx2_f64},
+    {"avx512", SDPA_KERNEL_AVX512, &sdpa_rows_avx512_f32,
+     &sdpa_rows_avx512_f64},
 #endif
+};
+enum { KERNEL_SETS = sizeof kernel_sets / sizeof kernel_sets[0] };
 
-static void test_exp_f32_bound(void **state)
+/* Is set k runnable here? Says so once when it is not. */
+static bool runnable(int k)
 {
-    (void)state;
-    const sdpa_row_kernels_f32 *vec =
-        have_avx2() ? &AVX2_F32 : &sdpa_rows_portable_f32;
+    static bool told[KERNEL_SETS];
+    if (sdpa_kernel_supported(kernel_sets[k].id))
+        return true;
+    if (!told[k])
+        print_message("kernel set %s: not supported by this CPU, not tested\n",
+                      kernel_sets[k].name);
+    told[k] = true;
+    return false;
+}
+
+static void exp_f32_bound(int k)
+{
+    const sdpa_row_kernels_f32 *vec = kernel_sets[k].f32;
     /* Every 257th float from log(FLT_MIN) to 0: about 4 million values. */
     float lo = SDPA_EXP_LOWEST_f32;
     uint32_t lo_bits, zero_bits = 0x80000000u; /* -0.0 */
@@ -92,17 +112,23 @@ static void test_exp_f32_bound(void **state)
         }
         n = 0;
     }
-    print_message("exp f32: worst %.3f ulp scalar, %.3f ulp vector\n",
-                  worst_scalar, worst_vector);
+    print_message("exp f32: worst %.3f ulp scalar, %.3f ulp %s\n", worst_scalar,
+                  worst_vector, kernel_sets[k].name);
     assert_true(worst_scalar <= 2.0);
     assert_true(worst_vector <= 2.0);
 }
 
-static void test_exp_f64_bound(void **state)
+static void test_exp_f32_bound(void **state)
 {
     (void)state;
-    const sdpa_row_kernels_f64 *vec =
-        have_avx2() ? &AVX2_F64 : &sdpa_rows_portable_f64;
+    for (int k = 0; k < KERNEL_SETS; k++)
+        if (runnable(k))
+            exp_f32_bound(k);
+}
+
+static void exp_f64_bound(int k)
+{
+    const sdpa_row_kernels_f64 *vec = kernel_sets[k].f64;
     static double batch[ROW], args[ROW];
     double worst_scalar = 0, worst_vector = 0;
     for (int round = 0; round < 1000; round++) {
@@ -121,10 +147,18 @@ static void test_exp_f64_bound(void **state)
             worst_vector = uv > worst_vector ? uv : worst_vector;
         }
     }
-    print_message("exp f64: worst %.3f ulp scalar, %.3f ulp vector\n",
-                  worst_scalar, worst_vector);
+    print_message("exp f64: worst %.3f ulp scalar, %.3f ulp %s\n", worst_scalar,
+                  worst_vector, kernel_sets[k].name);
     assert_true(worst_scalar <= 2.0);
     assert_true(worst_vector <= 2.0);
+}
+
+static void test_exp_f64_bound(void **state)
+{
+    (void)state;
+    for (int k = 0; k < KERNEL_SETS; k++)
+        if (runnable(k))
+            exp_f64_bound(k);
 }
 
 static void test_exp_edges(void **state)
@@ -136,16 +170,23 @@ static void test_exp_edges(void **state)
     assert_true(sdpa_exp_neg_f64(0.0) == 1.0);
     assert_true(sdpa_exp_neg_f32(-100.0f) == 0.0f); /* below FLT_MIN: flush */
     assert_true(sdpa_exp_neg_f64(-800.0) == 0.0);
-    const sdpa_row_kernels_f32 *kernels[2] = {&sdpa_rows_portable_f32,
-                                              &AVX2_F32};
-    for (int k = 0; k < (have_avx2() ? 2 : 1); k++) {
-        float x[19];
-        for (int i = 0; i < 19; i++)
+    for (int k = 0; k < KERNEL_SETS; k++) {
+        if (!runnable(k))
+            continue;
+        float x[37]; /* past two 16-lane vectors, so a tail runs too */
+        double y[37];
+        for (int i = 0; i < 37; i++) {
             x[i] = i % 3 ? -INFINITY : 0.0f;
-        float sum = kernels[k]->exp_sum(x, 19, 0.0f);
-        for (int i = 0; i < 19; i++)
+            y[i] = i % 3 ? -INFINITY : (i % 2 ? -800.0 : 0.0);
+        }
+        float sum = kernel_sets[k].f32->exp_sum(x, 37, 0.0f);
+        double sum_d = kernel_sets[k].f64->exp_sum(y, 37, 0.0);
+        for (int i = 0; i < 37; i++) {
             assert_true(x[i] == (i % 3 ? 0.0f : 1.0f));
-        assert_true(sum == 7.0f);
+            assert_true(y[i] == (i % 3 || i % 2 ? 0.0 : 1.0));
+        }
+        assert_true(sum == 13.0f);
+        assert_true(sum_d == 7.0);
     }
 }
 
@@ -159,11 +200,8 @@ static void fill_row(float *x, float *bias, uint8_t *mask, int n)
     }
 }
 
-static void test_avx2_matches_portable_f32(void **state)
+static void vector_matches_portable_f32(const sdpa_row_kernels_f32 *vec)
 {
-    (void)state;
-    if (!have_avx2())
-        skip();
     static float a[ROW], b[ROW], bias[ROW];
     static uint8_t mask[ROW];
     for (int round = 0; round < 200; round++) {
@@ -173,16 +211,15 @@ static void test_avx2_matches_portable_f32(void **state)
         bool allows = round % 2;
         const float *use_bias = round % 3 ? bias : NULL;
         const uint8_t *use_mask = round % 4 ? mask : NULL;
-        float ma = sdpa_rows_portable_f32.mask_max(a, n, use_bias, use_mask,
-                                                   allows);
-        float mb = AVX2_F32.mask_max(b, n, use_bias, use_mask,
-                                               allows);
+        float ma =
+            sdpa_rows_portable_f32.mask_max(a, n, use_bias, use_mask, allows);
+        float mb = vec->mask_max(b, n, use_bias, use_mask, allows);
         assert_memory_equal(a, b, (size_t)n * sizeof(float));
         assert_true(ma == mb || (ma == -INFINITY && mb == -INFINITY));
         if (ma == -INFINITY)
             continue;
         float sa = sdpa_rows_portable_f32.exp_sum(a, n, ma);
-        float sb = AVX2_F32.exp_sum(b, n, mb);
+        float sb = vec->exp_sum(b, n, mb);
         for (int j = 0; j < n; j++) {
             if (!(b[j] > 0)) { /* forbidden stays exactly 0 in both */
                 assert_true(a[j] == 0.0f && b[j] == 0.0f);
@@ -194,11 +231,8 @@ static void test_avx2_matches_portable_f32(void **state)
     }
 }
 
-static void test_avx2_matches_portable_f64(void **state)
+static void vector_matches_portable_f64(const sdpa_row_kernels_f64 *vec)
 {
-    (void)state;
-    if (!have_avx2())
-        skip();
     static double a[ROW], b[ROW], bias[ROW];
     static uint8_t mask[ROW];
     for (int round = 0; round < 200; round++) {
@@ -212,20 +246,33 @@ static void test_avx2_matches_portable_f64(void **state)
         bool allows = round % 2;
         const double *use_bias = round % 3 ? bias : NULL;
         const uint8_t *use_mask = round % 4 ? mask : NULL;
-        double ma = sdpa_rows_portable_f64.mask_max(a, n, use_bias, use_mask,
-                                                    allows);
-        double mb =
-            AVX2_F64.mask_max(b, n, use_bias, use_mask, allows);
+        double ma =
+            sdpa_rows_portable_f64.mask_max(a, n, use_bias, use_mask, allows);
+        double mb = vec->mask_max(b, n, use_bias, use_mask, allows);
         assert_memory_equal(a, b, (size_t)n * sizeof(double));
         assert_true(ma == mb);
         if (ma == -INFINITY)
             continue;
         double sa = sdpa_rows_portable_f64.exp_sum(a, n, ma);
-        double sb = AVX2_F64.exp_sum(b, n, mb);
+        double sb = vec->exp_sum(b, n, mb);
         for (int j = 0; j < n; j++)
             assert_true(fabs(a[j] - b[j]) <= 4 * DBL_EPSILON * a[j]);
         assert_true(fabs(sa - sb) <= (double)n * DBL_EPSILON * sa);
     }
+}
+
+static void test_vector_matches_portable(void **state)
+{
+    (void)state;
+    int tested = 0;
+    for (int k = 1; k < KERNEL_SETS; k++)
+        if (runnable(k)) {
+            vector_matches_portable_f32(kernel_sets[k].f32);
+            vector_matches_portable_f64(kernel_sets[k].f64);
+            tested++;
+        }
+    if (!tested)
+        skip(); /* no vector set on this CPU */
 }
 
 /* A NaN logit must come out of mask_max as NaN (the caller then reports
@@ -233,16 +280,17 @@ static void test_avx2_matches_portable_f64(void **state)
 static void test_nan_is_reported(void **state)
 {
     (void)state;
-    const sdpa_row_kernels_f32 *kernels[2] = {&sdpa_rows_portable_f32,
-                                              &AVX2_F32};
-    for (int k = 0; k < (have_avx2() ? 2 : 1); k++)
-        for (int at = 0; at < 21; at++) {
-            float x[21];
-            for (int j = 0; j < 21; j++)
-                x[j] = (float)j;
-            x[at] = NAN;
-            float m = kernels[k]->mask_max(x, 21, NULL, NULL, false);
+    for (int k = 0; k < KERNEL_SETS; k++)
+        for (int at = 0; at < 37 && runnable(k); at++) {
+            float x[37];
+            double y[37];
+            for (int j = 0; j < 37; j++)
+                x[j] = (float)j, y[j] = j;
+            x[at] = NAN, y[at] = NAN;
+            float m = kernel_sets[k].f32->mask_max(x, 37, NULL, NULL, false);
+            double md = kernel_sets[k].f64->mask_max(y, 37, NULL, NULL, false);
             assert_true(m != m);
+            assert_true(md != md);
         }
 }
 
@@ -254,9 +302,11 @@ static void test_softcap(void **state)
     static float xf[ROW], yf[ROW];
     static double xd[ROW], yd[ROW];
     const double cap = 30.0;
-    for (int k = 0; k < (have_avx2() ? 2 : 1); k++) {
-        const sdpa_row_kernels_f32 *kf = k ? &AVX2_F32 : &sdpa_rows_portable_f32;
-        const sdpa_row_kernels_f64 *kd = k ? &AVX2_F64 : &sdpa_rows_portable_f64;
+    for (int k = 0; k < KERNEL_SETS; k++) {
+        if (!runnable(k))
+            continue;
+        const sdpa_row_kernels_f32 *kf = kernel_sets[k].f32;
+        const sdpa_row_kernels_f64 *kd = kernel_sets[k].f64;
         for (int i = 0; i < ROW; i++) {
             /* from tiny to far beyond the cap, both signs */
             double v = uniform(-1, 1) * pow(10.0, uniform(-6, 3.5));
@@ -278,8 +328,10 @@ static void test_softcap(void **state)
             }
             long double wf = (long double)cap * tanhl((long double)xf[i] / cap);
             long double wd = (long double)cap * tanhl((long double)xd[i] / cap);
-            assert_true(fabsl((long double)yf[i] - wf) <= 4 * FLT_EPSILON * cap);
-            assert_true(fabsl((long double)yd[i] - wd) <= 4 * DBL_EPSILON * cap);
+            assert_true(fabsl((long double)yf[i] - wf) <=
+                        4 * FLT_EPSILON * cap);
+            assert_true(fabsl((long double)yd[i] - wd) <=
+                        4 * DBL_EPSILON * cap);
         }
     }
 }
@@ -290,8 +342,7 @@ int main(void)
         cmocka_unit_test(test_exp_f32_bound),
         cmocka_unit_test(test_exp_f64_bound),
         cmocka_unit_test(test_exp_edges),
-        cmocka_unit_test(test_avx2_matches_portable_f32),
-        cmocka_unit_test(test_avx2_matches_portable_f64),
+        cmocka_unit_test(test_vector_matches_portable),
         cmocka_unit_test(test_nan_is_reported),
         cmocka_unit_test(test_softcap),
     };

@@ -11,7 +11,7 @@
  * both empty-row policies; 1..4 threads; tiled block sizes.
  *
  * Every configuration runs on every kernel the context accepts
- * (SDPA_KERNEL_PORTABLE, SDPA_KERNEL_AVX2; SDPA_ERR_UNSUPPORTED from
+ * (PORTABLE, AVX2, AVX512; SDPA_ERR_UNSUPPORTED from
  * sdpa_ctx_set_int skips a kernel) and every path (AUTO, MATERIALISED, TILED,
  * DECODE; SDPA_ERR_UNSUPPORTED from sdpa_forward skips TILED/DECODE for that
  * configuration, but AUTO and MATERIALISED must always work).
@@ -385,7 +385,7 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
 {
     char where[128];
     snprintf(where, sizeof where, "path=%s kernel=%s", path_name(path),
-             kernel == SDPA_KERNEL_AVX2 ? "AVX2" : "PORTABLE");
+             kernel_name(kernel));
     for (int64_t b = 0; b < c->N; ++b)
         for (int64_t h = 0; h < c->Hq; ++h)
             for (int64_t i = 0; i < c->Tq; ++i) {
@@ -495,9 +495,8 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
     if (bs != SDPA_OK)
         assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, 0), SDPA_OK);
 
-    static const int kernels[] = {SDPA_KERNEL_PORTABLE, SDPA_KERNEL_AVX2};
-    for (int ki = 0; ki < 2; ++ki) {
-        int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, kernels[ki]);
+    for (int ki = 0; ki < TEST_KERNELS; ++ki) {
+        int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]);
         if (ks == SDPA_ERR_UNSUPPORTED) {
             st->kernels_skipped++;
             continue;
@@ -539,11 +538,11 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
                 print_message("  sdpa_forward failed: %s: %s (path %s kernel "
                               "%d)\n",
                               sdpa_status_string(rc), sdpa_ctx_last_error(ctx),
-                              path_name(path), kernels[ki]);
+                              path_name(path), test_kernels[ki]);
                 bad = 1;
             } else {
                 st->runs[path]++;
-                bad = compare(c, &s, &r, &t, path, kernels[ki]);
+                bad = compare(c, &s, &r, &t, path, test_kernels[ki]);
             }
             if (bad) {
                 if (st->failures < 25)

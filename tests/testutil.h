@@ -45,6 +45,19 @@ static inline double rng_sym(rng *r, double a)
     return a * (2.0 * rng_unit(r) - 1.0);
 }
 
+/* ---- The row kernels a test runs through (each where the CPU has it:
+ * setting one it lacks gives SDPA_ERR_UNSUPPORTED). ---------------------- */
+static const int test_kernels[] = {SDPA_KERNEL_PORTABLE, SDPA_KERNEL_AVX2,
+                                   SDPA_KERNEL_AVX512};
+enum { TEST_KERNELS = sizeof test_kernels / sizeof test_kernels[0] };
+
+static inline const char *kernel_name(int kernel)
+{
+    return kernel == SDPA_KERNEL_AVX512 ? "AVX512"
+           : kernel == SDPA_KERNEL_AVX2 ? "AVX2"
+                                        : "PORTABLE";
+}
+
 /* ---- Strided tensor buffers. ------------------------------------------ */
 enum { LAYOUT_BHTD = 0, LAYOUT_BTHD = 1 };
 enum { ELEM_U8 = 0 }; /* element kind besides SDPA_FLOAT32 / SDPA_FLOAT64 */

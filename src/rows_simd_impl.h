@@ -1,5 +1,8 @@
-/* AVX2+FMA row kernels, one instantiation per T/SUF with the vector macros
- * of rows_avx2.c (W lanes of type VT). Tails use the scalar kernels' math. */
+/* The vector row kernels, written once over the macros of an ISA file
+ * (rows_avx2.c, rows_avx512.c) and instantiated there per T/SUF: W lanes of
+ * type VT, lane masks of type VM (vector lanes on AVX2, mask registers on
+ * AVX-512), integer lanes VI; ROW_KERNELS names the kernel set. Tails use
+ * the scalar kernels' math. */
 #include "rows_scalar_impl.h"
 
 /* exp(x) for x <= 0, the method of vexp.h on the U vectors x[0..U) at once,
@@ -10,7 +13,8 @@
 static inline void NAME(vexp_neg)(VT *x, int u)
 {
     const VT lowest = VSET1(EXPC(LOWEST)), magic = VSET1(EXPC(MAGIC));
-    VT keep[4], t[4], r[4], p[4];
+    VM keep[4];
+    VT t[4], r[4], p[4];
     for (int i = 0; i < u; i++) {
         keep[i] = VCMP_GE(x[i], lowest); /* false below range, -inf, NaN */
         x[i] = VMAX(x[i], lowest);
@@ -26,42 +30,39 @@ static inline void NAME(vexp_neg)(VT *x, int u)
         for (int i = 0; i < u; i++)
             p[i] = VFMA(p[i], r[i], VSET1((T)sdpa_inv_factorial[k]));
     for (int i = 0; i < u; i++) {
-        __m256i bits = VADDI(VCASTI(t[i]), VSET1I(EXPC(BIAS)));
+        VI bits = VADDI(VCASTI(t[i]), VSET1I(EXPC(BIAS)));
         VT two_n = VCASTF(VSLLI(bits, EXPC(MANT)));
-        x[i] = VAND(VMUL(p[i], two_n), keep[i]);
+        x[i] = VKEEP(VMUL(p[i], two_n), keep[i]);
     }
 }
 
-static T NAME(avx2_mask_max)(T *x, int64_t n, const T *bias,
+static T NAME(simd_mask_max)(T *x, int64_t n, const T *bias,
                              const uint8_t *mask, bool mask_nonzero_allows)
 {
     const VT minus_inf = VSET1((T)-INFINITY);
-    /* forbidden = (mask == 0) xor flip, per lane */
-    const __m256i flip =
-        mask_nonzero_allows ? _mm256_setzero_si256() : _mm256_set1_epi32(-1);
-    VT vmax = minus_inf, vnan = VZERO();
+    VT vmax = minus_inf;
+    VM vnan = VM_NONE();
     int64_t j = 0;
     if (!bias && !mask) /* nothing to apply: a read-only max */
         for (; j + 2 * W <= n; j += 2 * W) {
             VT v0 = VLOAD(x + j), v1 = VLOAD(x + j + W);
             vmax = VMAX(vmax, VMAX(v0, v1));
-            vnan = VOR(vnan, VCMP_UNORD(v0, v1));
+            vnan = VM_OR(vnan, VCMP_UNORD(v0, v1));
         }
     for (; j + W <= n; j += W) {
         VT v = VLOAD(x + j);
         if (bias)
             v = VADD(v, VLOAD(bias + j));
         if (mask) {
-            __m256i zero_lanes = MASK_IS_ZERO(mask + j);
-            VT forbidden = VCASTF(_mm256_xor_si256(zero_lanes, flip));
+            VM forbidden = MASK_FORBIDS(mask + j, mask_nonzero_allows);
             v = VBLENDV(v, minus_inf, forbidden);
         }
         VSTORE(x + j, v);
         vmax = VMAX(vmax, v);
-        vnan = VOR(vnan, VCMP_UNORD(v, v));
+        vnan = VM_OR(vnan, VCMP_UNORD(v, v));
     }
     T lanes[W], m = (T)-INFINITY;
-    bool nan = VMOVEMASK(vnan) != 0;
+    bool nan = VM_ANY(vnan);
     VSTORE(lanes, vmax);
     for (int l = 0; l < W; l++)
         m = lanes[l] > m ? lanes[l] : m;
@@ -70,7 +71,7 @@ static T NAME(avx2_mask_max)(T *x, int64_t n, const T *bias,
     return nan ? (T)NAN : m;
 }
 
-static T NAME(avx2_exp_sum)(T *x, int64_t n, T m)
+static T NAME(simd_exp_sum)(T *x, int64_t n, T m)
 {
     const VT vm = VSET1(m);
     VT acc0 = VZERO(), acc1 = VZERO(), acc2 = VZERO(), acc3 = VZERO();
@@ -101,7 +102,7 @@ static T NAME(avx2_exp_sum)(T *x, int64_t n, T m)
     return NAME(scalar_exp_sum)(x, j, n, m, sum);
 }
 
-static void NAME(avx2_scale)(T *x, int64_t n, T c)
+static void NAME(simd_scale)(T *x, int64_t n, T c)
 {
     const VT vc = VSET1(c);
     int64_t j = 0;
@@ -110,7 +111,7 @@ static void NAME(avx2_scale)(T *x, int64_t n, T c)
     NAME(scalar_scale)(x, j, n, c);
 }
 
-static void NAME(avx2_softcap)(T *x, int64_t n, T c)
+static void NAME(simd_softcap)(T *x, int64_t n, T c)
 {
     const VT vc = VSET1(c), inv_c = VSET1(1 / c), one = VSET1((T)1);
     const VT sign_bit = VSET1((T)-0.0);
@@ -129,9 +130,9 @@ static void NAME(avx2_softcap)(T *x, int64_t n, T c)
     NAME(scalar_softcap)(x, j, n, c);
 }
 
-const NAME(sdpa_row_kernels) NAME(sdpa_rows_avx2) = {
-    NAME(avx2_mask_max),
-    NAME(avx2_exp_sum),
-    NAME(avx2_scale),
-    NAME(avx2_softcap),
+const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
+    NAME(simd_mask_max),
+    NAME(simd_exp_sum),
+    NAME(simd_scale),
+    NAME(simd_softcap),
 };

@@ -1,0 +1,35 @@
+/* Ends one instantiation of rows_simd_impl.h: forgets the ISA file's vector
+ * macros so the next type (or nothing) can define them again. */
+#undef T
+#undef SUF
+#undef W
+#undef VT
+#undef VI
+#undef VM
+#undef VZERO
+#undef VSET1
+#undef VSET1I
+#undef VLOAD
+#undef VSTORE
+#undef VADD
+#undef VSUB
+#undef VMUL
+#undef VDIV
+#undef VMAX
+#undef VAND
+#undef VOR
+#undef VANDNOT
+#undef VFMA
+#undef VFNMA
+#undef VCASTI
+#undef VCASTF
+#undef VADDI
+#undef VSLLI
+#undef VCMP_GE
+#undef VCMP_UNORD
+#undef VBLENDV
+#undef VKEEP
+#undef VM_NONE
+#undef VM_OR
+#undef VM_ANY
+#undef MASK_FORBIDS
