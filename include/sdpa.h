@@ -187,7 +187,9 @@ enum {
  * of range SDPA_ERR_BAD_OPTION_VALUE (the option keeps its value). Setting
  * SDPA_OPT_KERNEL to AVX2 on a CPU without AVX2+FMA, or to AVX512 on one
  * without AVX-512 F/DQ/BW/VL, gives SDPA_ERR_UNSUPPORTED.
- * Getting SDPA_OPT_KERNEL returns the kernel that AUTO resolves to. */
+ * Getting SDPA_OPT_KERNEL returns the kernel that AUTO resolves to; later
+ * 1.x releases may add kernels (new values), so a program should accept a
+ * value it does not know there. */
 SDPA_API int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value);
 SDPA_API int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option,
                               int64_t *value);
