@@ -2,7 +2,7 @@
  * sdpa — the libsdpa command-line tool.
  *
  *   sdpa demo        the SPEC.md two-token example, unmasked and causal
- *   sdpa --version   tool, header and library versions
+ *   sdpa --version   tool, header and library versions; the row kernel
  *   sdpa --help      this list
  *
  * Subcommands live in one table (`commands` below): a new one (bench, plan,
@@ -27,7 +27,7 @@ static int cmd_help(int argc, char **argv);
 
 static const struct command commands[] = {
     {"demo", "compute the two-token example of SPEC.md and print it", cmd_demo},
-    {"version", "print the tool, header and library versions", cmd_version},
+    {"version", "print the versions and the row kernel in use", cmd_version},
     {"help", "print this help", cmd_help},
 };
 
@@ -144,6 +144,17 @@ static int cmd_version(int argc, char **argv)
     printf("sdpa %s\n", SDPA_VERSION_STRING);
     printf("header  %s (%d)\n", SDPA_VERSION_STRING, SDPA_VERSION_NUMBER);
     printf("library %s (%u)\n", sdpa_version_string(), sdpa_version_number());
+    /* What SDPA_KERNEL_AUTO picks on this machine: worth a line in a bug
+     * report, as speed and the last bits of results depend on it. */
+    sdpa_ctx *ctx = NULL;
+    int64_t kernel = -1;
+    if (sdpa_ctx_create(&ctx) == SDPA_OK &&
+        sdpa_ctx_get_int(ctx, SDPA_OPT_KERNEL, &kernel) == SDPA_OK)
+        printf("row kernel %s\n", kernel == SDPA_KERNEL_AVX512     ? "avx512"
+                                  : kernel == SDPA_KERNEL_AVX2     ? "avx2"
+                                  : kernel == SDPA_KERNEL_PORTABLE ? "portable"
+                                                                   : "other");
+    sdpa_ctx_destroy(ctx);
     return 0;
 }
 
