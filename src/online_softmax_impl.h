@@ -147,15 +147,9 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                 x[j] = 0;
         }
 
-        if (m_rows <= GEMV_MAX_ROWS)
-            for (int64_t r = 0; r < m_rows; r++)
-                GEMV(CblasRowMajor, CblasTrans, (int)bk, (int)dv, (T)1,
-                     v + kb * v_ld, (int)v_ld, s_rows + r * ld, 1, (T)1,
-                     acc_rows + r * dv, 1);
-        else
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows,
-                 (int)dv, (int)bk, (T)1, s_rows, (int)ld, v + kb * v_ld,
-                 (int)v_ld, (T)1, acc_rows, (int)dv);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows, (int)dv,
+             (int)bk, (T)1, s_rows, (int)ld, v + kb * v_ld, (int)v_ld, (T)1,
+             acc_rows, (int)dv);
     }
     return SDPA_OK;
 }

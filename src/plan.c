@@ -6,6 +6,7 @@
  * same for every SDPA_OPT_NUM_THREADS.
  */
 #include "internal.h"
+#include "online_softmax.h"
 
 #include <limits.h>
 
@@ -106,16 +107,21 @@ static int choose_path(sdpa_ctx *ctx, const sdpa_problem *p)
     return (int)path;
 }
 
-/* The largest M·N·K of the plan's gemms and M·N of its gemvs. */
+/* The largest M·N·K of the plan's gemms and M·N of its gemvs (the online
+ * softmax engine's choice: Q Kᵀ as gemvs up to GEMV_MAX_ROWS rows, P V
+ * always a gemm). */
 static void largest_calls(const sdpa_problem *p, const sdpa_plan *plan,
                           double *gemm_mnk, double *gemv_mn)
 {
-    double dmax = (double)(p->dim_k > p->dim_v ? p->dim_k : p->dim_v);
+    double dk = (double)p->dim_k, dv = (double)p->dim_v;
     double rows = (double)plan->rows;
     double keys = plan->path == SDPA_PATH_MATERIALISED ? (double)p->len_k
                                                        : (double)plan->block_k;
-    *gemm_mnk = rows > 1 ? rows * keys * dmax : 0;
-    *gemv_mn = rows > 1 ? 0 : keys * dmax;
+    bool gemv_scores =
+        plan->path != SDPA_PATH_MATERIALISED && plan->rows <= GEMV_MAX_ROWS;
+    double pv = rows * keys * dv, qk = rows * keys * dk;
+    *gemm_mnk = gemv_scores || pv > qk ? pv : qk;
+    *gemv_mn = gemv_scores ? keys * dk : 0;
 }
 
 /* Tile sizes for the tiled path: the options, else the defaults, else
