@@ -173,7 +173,7 @@ void sdpa_pool_destroy(sdpa_ctx *ctx);
  * largest M·N·K it runs on the calling thread alone (see blas_threads.c). */
 int sdpa_blas_threads(void);
 #define SDPA_BLAS_SERIAL_MNK 262144 /* gemm: 65536 · 4 */
-#define SDPA_BLAS_SERIAL_MN 9216    /* gemv: 2304 · 4 */
+#define SDPA_BLAS_SERIAL_MN 9216    /* gemv: M·N below 2304 · 4 */
 
 /* CPU detection: can this CPU (and OS) run the row kernels of kernel
  * (an SDPA_KERNEL_* other than AUTO)? And the widest set it can run, what
