@@ -164,15 +164,18 @@ int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
                          option, (long long)lo, (long long)hi,
                          (long long)value);
     if (option == SDPA_OPT_KERNEL) {
-        if (value == SDPA_KERNEL_AVX2 && !sdpa_kernel_supported((int)value))
+        /* what each vector kernel needs from the CPU (portable: nothing) */
+        static const struct {
+            const char *name, *needs;
+        } vector[] = {
+            [SDPA_KERNEL_AVX2] = {"AVX2", "AVX2+FMA"},
+            [SDPA_KERNEL_AVX512] = {"AVX512", "AVX-512 (F, DQ, BW and VL)"},
+        };
+        if (value != SDPA_KERNEL_AUTO && !sdpa_kernel_supported((int)value))
             return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
-                             "sdpa_ctx_set_int: this CPU lacks AVX2+FMA, "
-                             "the AVX2 kernel cannot run");
-        if (value == SDPA_KERNEL_AVX512 && !sdpa_kernel_supported((int)value))
-            return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
-                             "sdpa_ctx_set_int: this CPU lacks AVX-512 "
-                             "(F, DQ, BW and VL), the AVX512 kernel cannot "
-                             "run");
+                             "sdpa_ctx_set_int: this CPU lacks %s, the %s "
+                             "kernel cannot run",
+                             vector[value].needs, vector[value].name);
         ctx->kernel =
             value == SDPA_KERNEL_AUTO ? sdpa_kernel_best() : (int)value;
     }

@@ -6,9 +6,9 @@
  * The keys are split into chunks of plan->chunk_len — a length that depends
  * on the shape and the BLAS's own thread count, never on
  * SDPA_OPT_NUM_THREADS — so that even one (batch, KV head) spreads over the
- * workers. Phase 1 runs the online softmax per
- * (b, KV head, chunk) into a shared partial buffer; phase 2 merges each
- * (b, KV head)'s chunks exactly, in chunk order.
+ * workers. Phase 1 runs the online softmax per (b, KV head, chunk) into a
+ * shared partial buffer; phase 2 merges each (b, KV head)'s chunks exactly,
+ * in chunk order.
  */
 #include "online_softmax.h"
 #include "vexp.h"
@@ -18,18 +18,5 @@
 #define SDPA_TEMPLATE "path_decode_impl.h"
 #include "instantiate.h"
 
-int sdpa_decode_chunk_item(const sdpa_problem *p, const sdpa_plan *plan,
-                           int kernel, void *scratch, int64_t item,
-                           sdpa_where *where)
-{
-    return SDPA_BY_DTYPE(p, decode_chunk_item, p, plan, kernel, scratch, item,
-                         where);
-}
-
-int sdpa_decode_merge_item(const sdpa_problem *p, const sdpa_plan *plan,
-                           int kernel, void *scratch, int64_t item,
-                           sdpa_where *where)
-{
-    return SDPA_BY_DTYPE(p, decode_merge_item, p, plan, kernel, scratch, item,
-                         where);
-}
+SDPA_DEFINE_PATH_FN(decode_chunk_item)
+SDPA_DEFINE_PATH_FN(decode_merge_item)

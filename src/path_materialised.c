@@ -10,10 +10,4 @@
 #define SDPA_TEMPLATE "path_materialised_impl.h"
 #include "instantiate.h"
 
-int sdpa_materialised_item(const sdpa_problem *p, const sdpa_plan *plan,
-                           int kernel, void *scratch, int64_t item,
-                           sdpa_where *where)
-{
-    return SDPA_BY_DTYPE(p, materialised_item, p, plan, kernel, scratch, item,
-                         where);
-}
+SDPA_DEFINE_PATH_FN(materialised_item)

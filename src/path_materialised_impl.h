@@ -87,7 +87,8 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
                 *where = (sdpa_where){b, h, i};
                 return SDPA_ERR_NONFINITE;
             }
-            lse = m + (T)log((double)sum);
+            if (p->lse.data)
+                lse = m + (T)log((double)sum);
         }
         /* Forbidden columns the gemms (or the caller) will read are 0. */
         int64_t clear_to = want_weights ? p->len_k : ncols;

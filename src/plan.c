@@ -126,7 +126,7 @@ static void largest_calls(const sdpa_problem *p, const sdpa_plan *plan,
     bool gemv_scores =
         plan->path != SDPA_PATH_MATERIALISED && plan->rows <= GEMV_MAX_ROWS;
     double pv = rows * keys * dv, qk = rows * keys * dk;
-    *gemm_mnk = gemv_scores || pv > qk ? pv : qk;
+    *gemm_mnk = (gemv_scores || pv > qk) ? pv : qk;
     *gemv_mn = gemv_scores ? keys * dk : 0;
 }
 

@@ -17,4 +17,12 @@
 #define SDPA_BY_DTYPE(problem, fn, ...)                                        \
     ((problem)->dtype == SDPA_FLOAT32 ? fn##_f32(__VA_ARGS__)                  \
                                       : fn##_f64(__VA_ARGS__))
+/* Defines sdpa_<fn>, a path function (sdpa_path_fn of internal.h) that runs
+ * the template's fn_f32 or fn_f64 by the problem's dtype. */
+#define SDPA_DEFINE_PATH_FN(fn)                                                \
+    int sdpa_##fn(const sdpa_problem *p, const sdpa_plan *plan, int kernel,    \
+                  void *scratch, int64_t item, sdpa_where *where)              \
+    {                                                                          \
+        return SDPA_BY_DTYPE(p, fn, p, plan, kernel, scratch, item, where);    \
+    }
 #endif

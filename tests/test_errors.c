@@ -278,9 +278,7 @@ static void test_null_pointer(void **state)
 
     assert_int_equal(sdpa_ctx_create(NULL), SDPA_ERR_NULL_POINTER);
     counting_alloc ca;
-    memset(&ca, 0, sizeof ca);
-    ca.fail_after = -1;
-    sdpa_allocator al = ca_allocator(&ca);
+    sdpa_allocator al = ca_start(&ca, -1);
     assert_int_equal(sdpa_ctx_create_with_allocator(NULL, &al),
                      SDPA_ERR_NULL_POINTER);
     sdpa_ctx *c = (sdpa_ctx *)&ca; /* must be reset to NULL */
@@ -322,9 +320,7 @@ static void test_struct_size(void **state)
          f->a.struct_size = 1);
 
     counting_alloc ca;
-    memset(&ca, 0, sizeof ca);
-    ca.fail_after = -1;
-    sdpa_allocator al = ca_allocator(&ca);
+    sdpa_allocator al = ca_start(&ca, -1);
     al.struct_size = 0;
     sdpa_ctx *c = (sdpa_ctx *)&ca;
     assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
@@ -368,10 +364,8 @@ static void test_struct_tail(void **state)
         unsigned char tail[8];
     } al;
     counting_alloc ca;
-    memset(&ca, 0, sizeof ca);
-    ca.fail_after = -1;
     memset(&al, 0, sizeof al);
-    al.a = ca_allocator(&ca);
+    al.a = ca_start(&ca, -1);
     al.a.struct_size = sizeof(sdpa_allocator) + 8;
     al.tail[3] = 9;
     sdpa_ctx *c = (sdpa_ctx *)&ca;
@@ -794,9 +788,7 @@ static void test_out_of_memory(void **state)
 {
     fx *f = *state;
     counting_alloc ca;
-    memset(&ca, 0, sizeof ca);
-    ca.fail_after = 0;
-    sdpa_allocator al = ca_allocator(&ca);
+    sdpa_allocator al = ca_start(&ca, 0);
     sdpa_ctx *c = (sdpa_ctx *)&ca;
     assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
                      SDPA_ERR_OUT_OF_MEMORY);
@@ -804,8 +796,7 @@ static void test_out_of_memory(void **state)
     assert_true(ca.failures >= 1);
 
     /* A context that got its own memory, then nothing more. */
-    memset(&ca, 0, sizeof ca);
-    ca.fail_after = -1;
+    ca_reset(&ca, -1);
     assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al), SDPA_OK);
     ca.fail_after = ca.allocs;
     assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED),

@@ -594,9 +594,7 @@ static void test_kernels_agree(void **state)
 static void alloc_case(int dtype, int path, int threads)
 {
     counting_alloc ca;
-    memset(&ca, 0, sizeof ca);
-    ca.fail_after = -1;
-    sdpa_allocator al = ca_allocator(&ca);
+    sdpa_allocator al = ca_start(&ca, -1);
     sdpa_ctx *ctx = NULL;
     assert_int_equal(sdpa_ctx_create_with_allocator(&ctx, &al), SDPA_OK);
     assert_non_null(ctx);
@@ -668,9 +666,7 @@ static void test_workspace(void **state)
 {
     const int dtype = *(int *)*state;
     counting_alloc ca;
-    memset(&ca, 0, sizeof ca);
-    ca.fail_after = -1;
-    sdpa_allocator al = ca_allocator(&ca);
+    sdpa_allocator al = ca_start(&ca, -1);
     sdpa_ctx *ctx = NULL;
     assert_int_equal(sdpa_ctx_create_with_allocator(&ctx, &al), SDPA_OK);
     assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED),

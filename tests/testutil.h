@@ -287,4 +287,19 @@ static inline sdpa_allocator ca_allocator(counting_alloc *ca)
     return a;
 }
 
+/* Zeroes the counters; the allocator then refuses every allocation after
+ * fail_after successful ones (-1: never refuses). */
+static inline void ca_reset(counting_alloc *ca, long fail_after)
+{
+    memset(ca, 0, sizeof *ca);
+    ca->fail_after = fail_after;
+}
+
+/* ca_reset, then the allocator that counts into ca. */
+static inline sdpa_allocator ca_start(counting_alloc *ca, long fail_after)
+{
+    ca_reset(ca, fail_after);
+    return ca_allocator(ca);
+}
+
 #endif
