@@ -85,7 +85,10 @@ abidiff)
     baseline=$abidir/libsdpa.abi
     [ -f "$baseline" ] ||
         fail "no baseline $baseline; run tests/abi/update-baseline.sh (docs/ABI.md)"
-    readelf -S "$lib" | grep -q '\.debug_info' ||
+    # Captured first: under pipefail, grep -q exiting at its first match
+    # can kill readelf with SIGPIPE and fail the pipeline by chance.
+    sections=$(readelf -S "$lib")
+    grep -q '\.debug_info' <<<"$sections" ||
         fail "$lib has no DWARF; configure with -DSDPA_DEBUG_INFO=ON"
     # Twice: filtered to the public header's types (what the baseline
     # holds), and unfiltered, so that a baseline written with options that

@@ -23,7 +23,7 @@ else
 fi
 cmake --build "$build" --target sdpa -j "$(nproc)" >/dev/null
 
-lib=$(find "$build" -maxdepth 1 -name 'libsdpa.so.*.*.*' -type f | head -n 1)
+lib=$(find "$build" -maxdepth 1 -name 'libsdpa.so.*.*.*' -type f -print -quit)
 [ -n "$lib" ] || { echo "no libsdpa.so.X.Y.Z in $build" >&2; exit 1; }
 
 # Reproducible: no corpus or build paths, locations as file names only, no

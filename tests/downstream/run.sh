@@ -71,7 +71,10 @@ pkgconfig-shared)
     # shellcheck disable=SC2086,SC2046 # flags are split on purpose
     run "$CC" $CFLAGS "-DSDPA_EXPECTED_VERSION=\"$pc_version\"" "$src" \
         -o "$out" $(pkg-config --cflags --libs sdpa) $LDFLAGS
-    readelf -d "$out" | grep -q 'NEEDED.*\[libsdpa\.so\.1\]' ||
+    # Captured, not piped: under pipefail, grep -q exiting at its first
+    # match can kill readelf with SIGPIPE and fail the check by chance.
+    needed=$(readelf -d "$out")
+    grep -q 'NEEDED.*\[libsdpa\.so\.1\]' <<<"$needed" ||
         fail "$out does not link libsdpa.so.1 dynamically"
     LD_LIBRARY_PATH=$libdir run "$out"
     ;;
@@ -84,7 +87,8 @@ pkgconfig-static)
     # shellcheck disable=SC2086,SC2046
     run "$CC" $CFLAGS $(pkg-config --static --cflags sdpa) "$src" -o "$out" \
         $libs $LDFLAGS
-    if readelf -d "$out" | grep -q 'NEEDED.*libsdpa'; then
+    needed=$(readelf -d "$out")
+    if grep -q 'NEEDED.*libsdpa' <<<"$needed"; then
         fail "$out still needs libsdpa.so"
     fi
     run "$out"
