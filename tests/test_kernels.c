@@ -194,76 +194,50 @@ static void test_exp_edges(void **state)
     }
 }
 
-/* A row with a bias (some -inf), a mask and both mask conventions. */
-static void fill_row(float *x, float *bias, uint8_t *mask, int n)
-{
-    for (int j = 0; j < n; j++) {
-        x[j] = (float)uniform(-30, 30);
-        bias[j] = j % 11 == 3 ? -INFINITY : (float)uniform(-2, 2);
-        mask[j] = (uint8_t)(j % 7 == 1 ? 0 : (j % 5 == 2 ? 9 : 0));
+/* One body for both dtypes: vector set `vec` against the portable one on
+ * rows of n = 1, 1 + nstep, ... scores in [-range, range], with a bias (some
+ * -inf), a mask with values other than 1, and both mask conventions. */
+#define DEFINE_VECTOR_MATCHES_PORTABLE(sfx, T, EPS, range, nstep)              \
+    static void vector_matches_portable_##sfx(                                 \
+        const sdpa_row_kernels_##sfx *vec)                                     \
+    {                                                                          \
+        static T a[ROW], b[ROW], bias[ROW];                                    \
+        static uint8_t mask[ROW];                                              \
+        for (int round = 0; round < 200; round++) {                            \
+            int n = 1 + round * (nstep) % ROW;                                 \
+            for (int j = 0; j < n; j++) {                                      \
+                a[j] = (T)uniform(-(range), range);                            \
+                bias[j] = j % 11 == 3 ? (T)-INFINITY : (T)uniform(-2, 2);      \
+                mask[j] = (uint8_t)(j % 7 == 1 ? 0 : (j % 5 == 2 ? 9 : 0));    \
+            }                                                                  \
+            memcpy(b, a, sizeof a);                                            \
+            bool allows = round % 2;                                           \
+            const T *use_bias = round % 3 ? bias : NULL;                       \
+            const uint8_t *use_mask = round % 4 ? mask : NULL;                 \
+            T ma = sdpa_rows_portable_##sfx.mask_max(a, n, use_bias, use_mask, \
+                                                     allows);                  \
+            T mb = vec->mask_max(b, n, use_bias, use_mask, allows);            \
+            assert_memory_equal(a, b, (size_t)n * sizeof(T));                  \
+            assert_true(ma == mb);                                             \
+            if (ma == -INFINITY)                                               \
+                continue;                                                      \
+            T sa = sdpa_rows_portable_##sfx.exp_sum(a, n, ma);                 \
+            T sb = vec->exp_sum(b, n, mb);                                     \
+            for (int j = 0; j < n; j++) {                                      \
+                if (!(b[j] > 0)) { /* forbidden stays exactly 0 in both */     \
+                    assert_true(a[j] == 0 && b[j] == 0);                       \
+                    continue;                                                  \
+                }                                                              \
+                assert_true(fabsl((long double)a[j] - b[j]) <=                 \
+                            4 * (EPS) * (long double)a[j]);                    \
+            }                                                                  \
+            assert_true(fabsl((long double)sa - sb) <=                         \
+                        (long double)n * sa * (EPS));                          \
+        }                                                                      \
     }
-}
 
-static void vector_matches_portable_f32(const sdpa_row_kernels_f32 *vec)
-{
-    static float a[ROW], b[ROW], bias[ROW];
-    static uint8_t mask[ROW];
-    for (int round = 0; round < 200; round++) {
-        int n = 1 + round * 5 % ROW;
-        fill_row(a, bias, mask, n);
-        memcpy(b, a, sizeof a);
-        bool allows = round % 2;
-        const float *use_bias = round % 3 ? bias : NULL;
-        const uint8_t *use_mask = round % 4 ? mask : NULL;
-        float ma =
-            sdpa_rows_portable_f32.mask_max(a, n, use_bias, use_mask, allows);
-        float mb = vec->mask_max(b, n, use_bias, use_mask, allows);
-        assert_memory_equal(a, b, (size_t)n * sizeof(float));
-        assert_true(ma == mb || (ma == -INFINITY && mb == -INFINITY));
-        if (ma == -INFINITY)
-            continue;
-        float sa = sdpa_rows_portable_f32.exp_sum(a, n, ma);
-        float sb = vec->exp_sum(b, n, mb);
-        for (int j = 0; j < n; j++) {
-            if (!(b[j] > 0)) { /* forbidden stays exactly 0 in both */
-                assert_true(a[j] == 0.0f && b[j] == 0.0f);
-                continue;
-            }
-            assert_true(fabsf(a[j] - b[j]) <= 4 * FLT_EPSILON * a[j]);
-        }
-        assert_true(fabsf(sa - sb) <= (float)n * FLT_EPSILON * sa);
-    }
-}
-
-static void vector_matches_portable_f64(const sdpa_row_kernels_f64 *vec)
-{
-    static double a[ROW], b[ROW], bias[ROW];
-    static uint8_t mask[ROW];
-    for (int round = 0; round < 200; round++) {
-        int n = 1 + round * 7 % ROW;
-        for (int j = 0; j < n; j++) {
-            a[j] = uniform(-300, 300);
-            bias[j] = j % 13 == 5 ? -INFINITY : uniform(-2, 2);
-            mask[j] = (uint8_t)(j % 6 == 4 ? 1 : 0);
-        }
-        memcpy(b, a, sizeof a);
-        bool allows = round % 2;
-        const double *use_bias = round % 3 ? bias : NULL;
-        const uint8_t *use_mask = round % 4 ? mask : NULL;
-        double ma =
-            sdpa_rows_portable_f64.mask_max(a, n, use_bias, use_mask, allows);
-        double mb = vec->mask_max(b, n, use_bias, use_mask, allows);
-        assert_memory_equal(a, b, (size_t)n * sizeof(double));
-        assert_true(ma == mb);
-        if (ma == -INFINITY)
-            continue;
-        double sa = sdpa_rows_portable_f64.exp_sum(a, n, ma);
-        double sb = vec->exp_sum(b, n, mb);
-        for (int j = 0; j < n; j++)
-            assert_true(fabs(a[j] - b[j]) <= 4 * DBL_EPSILON * a[j]);
-        assert_true(fabs(sa - sb) <= (double)n * DBL_EPSILON * sa);
-    }
-}
+DEFINE_VECTOR_MATCHES_PORTABLE(f32, float, FLT_EPSILON, 30, 5)
+DEFINE_VECTOR_MATCHES_PORTABLE(f64, double, DBL_EPSILON, 300, 7)
 
 static void test_vector_matches_portable(void **state)
 {
