@@ -130,10 +130,13 @@ typedef struct sdpa_ctx sdpa_ctx;
 /* Caller allocator. alloc must return memory aligned to at least `alignment`
  * (a power of two, at most 4096) or NULL; free receives the same size. */
 typedef struct sdpa_allocator {
-    size_t struct_size; /* sizeof(sdpa_allocator) */
+    size_t struct_size; /* sizeof(sdpa_allocator); at least 32 (1.0) */
     void *(*alloc)(void *opaque, size_t size, size_t alignment);
     void (*free)(void *opaque, void *ptr, size_t size);
     void *opaque;
+#ifdef SDPA_ABI_TEST_APPENDED_FIELD
+    uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
+#endif
 } sdpa_allocator;
 
 /* Create a context with the C library allocator. *out is set to NULL on
@@ -215,6 +218,13 @@ typedef struct sdpa_tensor {
 /* Arguments of one forward call. Zero-initialise, then set struct_size
  * (SDPA_FORWARD_ARGS_INIT does both); a zero field means "absent"/"default".
  *
+ * Growth (docs/ABI.md): later 1.x releases only append fields, whose zero
+ * value means "as before". A struct_size below 624 (1.0's size) is
+ * SDPA_ERR_STRUCT_SIZE; a program built against an older header passes its
+ * smaller size and the library reads no byte past it; a program built
+ * against a newer header runs on an older library as long as the fields that
+ * library does not know are zero (else SDPA_ERR_STRUCT_TAIL).
+ *
  *   q       [N, Hq,  Tq, Dk]   dtype
  *   k       [N, Hkv, Tk, Dk]   dtype
  *   v       [N, Hkv, Tk, Dv]   dtype
@@ -237,6 +247,9 @@ typedef struct sdpa_forward_args {
     sdpa_tensor q, k, v;
     sdpa_tensor mask, bias;
     sdpa_tensor out, weights, lse;
+#ifdef SDPA_ABI_TEST_APPENDED_FIELD
+    uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
+#endif
 } sdpa_forward_args;
 
 #define SDPA_FORWARD_ARGS_INIT { .struct_size = sizeof(sdpa_forward_args) }

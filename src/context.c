@@ -48,7 +48,9 @@ int sdpa_fail(sdpa_ctx *ctx, int status, const char *format, ...)
 
 int sdpa_ctx_create(sdpa_ctx **out)
 {
-    sdpa_allocator std = {sizeof std, default_alloc, default_free, NULL};
+    sdpa_allocator std = {.struct_size = sizeof std,
+                          .alloc = default_alloc,
+                          .free = default_free};
     return sdpa_ctx_create_with_allocator(out, &std);
 }
 
@@ -58,15 +60,18 @@ int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
     if (!out)
         return SDPA_ERR_NULL_POINTER;
     *out = NULL;
-    if (!allocator || !allocator->alloc || !allocator->free)
+    if (!allocator)
         return SDPA_ERR_NULL_POINTER;
-    if (allocator->struct_size < sizeof(sdpa_allocator))
-        return SDPA_ERR_STRUCT_SIZE;
-    const unsigned char *tail = (const unsigned char *)allocator;
-    for (size_t i = sizeof(sdpa_allocator); i < allocator->struct_size; i++)
-        if (tail[i] != 0)
-            return SDPA_ERR_STRUCT_TAIL;
+    sdpa_allocator known;
+    int imported = sdpa_struct_import(NULL, "allocator", allocator,
+                                      SDPA_ALLOCATOR_SIZE_V1, &known,
+                                      sizeof known);
+    if (imported != SDPA_OK)
+        return imported;
+    allocator = &known;
 
+    if (!allocator->alloc || !allocator->free)
+        return SDPA_ERR_NULL_POINTER;
     sdpa_ctx *ctx = allocator->alloc(allocator->opaque, sizeof *ctx,
                                      _Alignof(sdpa_ctx));
     if (!ctx)

@@ -43,6 +43,20 @@ int sdpa_fail(sdpa_ctx *ctx, int status, const char *format, ...)
 #endif
     ;
 
+/* The frozen version-1 sizes of the structs that carry struct_size (never
+ * sizeof: that grows with every appended field). */
+#define SDPA_ARGS_SIZE_V1 ((size_t)624)
+#define SDPA_ALLOCATOR_SIZE_V1 ((size_t)32)
+
+/* Copies a caller's struct that starts with size_t struct_size into *local
+ * (local_size = this library's sizeof), zero-filling the fields an older,
+ * shorter caller lacks and reading none of its bytes past struct_size.
+ * SDPA_ERR_STRUCT_SIZE below v1_size, SDPA_ERR_STRUCT_TAIL when a byte this
+ * library does not know is not zero; `what` names the struct in the message
+ * (ctx may be NULL). */
+int sdpa_struct_import(sdpa_ctx *ctx, const char *what, const void *caller,
+                       size_t v1_size, void *local, size_t local_size);
+
 /* Allocation through the context's allocator. */
 void *sdpa_alloc(const sdpa_ctx *ctx, size_t size);
 void sdpa_free(const sdpa_ctx *ctx, void *ptr, size_t size);

@@ -4,6 +4,7 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/api.c
     ${CMAKE_CURRENT_LIST_DIR}/status.c
     ${CMAKE_CURRENT_LIST_DIR}/context.c
+    ${CMAKE_CURRENT_LIST_DIR}/struct_size.c
     ${CMAKE_CURRENT_LIST_DIR}/validate.c
     ${CMAKE_CURRENT_LIST_DIR}/plan.c
     ${CMAKE_CURRENT_LIST_DIR}/path_materialised.c

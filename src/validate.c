@@ -9,9 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-/* The size of sdpa_forward_args in version 1 of the ABI. */
-#define ARGS_SIZE_V1 sizeof(sdpa_forward_args)
-
 #define KNOWN_FLAGS ((uint32_t)SDPA_FLAG_MASK_NONZERO_ALLOWS)
 
 enum { N_DIM, H_DIM, T_DIM, D_DIM };
@@ -223,17 +220,14 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
     if (!args)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
                          "sdpa_forward: args is NULL");
-    if (args->struct_size < ARGS_SIZE_V1)
-        return sdpa_fail(ctx, SDPA_ERR_STRUCT_SIZE,
-                         "sdpa_forward: args->struct_size is %zu, at least "
-                         "%zu expected (set it to sizeof(sdpa_forward_args))",
-                         args->struct_size, (size_t)ARGS_SIZE_V1);
-    for (size_t i = ARGS_SIZE_V1; i < args->struct_size; i++)
-        if (((const unsigned char *)args)[i] != 0)
-            return sdpa_fail(ctx, SDPA_ERR_STRUCT_TAIL,
-                             "sdpa_forward: args->struct_size is %zu and "
-                             "byte %zu of the unknown tail is not zero",
-                             args->struct_size, i);
+    /* From here on, the caller's struct is read through a zero-filled copy
+     * of this library's size: a 1.0 caller's 624 bytes are all it has. */
+    sdpa_forward_args known;
+    int imported = sdpa_struct_import(ctx, "sdpa_forward: args", args,
+                                      SDPA_ARGS_SIZE_V1, &known, sizeof known);
+    if (imported != SDPA_OK)
+        return imported;
+    args = &known;
     if (args->dtype != SDPA_FLOAT32 && args->dtype != SDPA_FLOAT64)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
                          "sdpa_forward: dtype %d is neither SDPA_FLOAT32 nor "
