@@ -29,8 +29,10 @@
  *     SDPA_OPT_EMPTY_ROWS is SDPA_EMPTY_ROWS_ZERO: then out row = 0, weights
  *     row = 0 and lse = -inf (the ONNX / PyTorch / FlashAttention convention).
  *  5. K and V rows j >= L_b are never read: padding may hold anything.
- *  6. mask and bias broadcast over N, H and Tq: a dimension of extent 1, or of
- *     stride 0, is broadcast.
+ *  6. mask and bias broadcast over every dimension, keys included: a
+ *     dimension of extent 1, or of stride 0, is broadcast. They are never
+ *     BLAS operands, so any non-negative stride is accepted on every
+ *     dimension (a row whose keys are not adjacent is gathered).
  *  7. Grouped-query / multi-query attention: Hq % Hkv == 0, query head h
  *     reads KV head h / (Hq / Hkv).
  *
@@ -94,7 +96,8 @@ enum {
     SDPA_ERR_BAD_DTYPE = 4,         /* dtype is not SDPA_FLOAT32/64 */
     SDPA_ERR_BAD_DIM = 5,           /* a dimension is zero or negative */
     SDPA_ERR_SHAPE_MISMATCH = 6,    /* dimensions disagree between tensors */
-    SDPA_ERR_BAD_STRIDE = 7,        /* negative stride, innermost stride != 1,
+    SDPA_ERR_BAD_STRIDE = 7,        /* negative stride, innermost stride != 1
+                                       (q, k, v, out, weights),
                                        row stride below the row length, or an
                                        output that overlaps itself */
     SDPA_ERR_OVERLAP = 8,           /* outputs overlap each other or an input */
@@ -228,14 +231,15 @@ typedef struct sdpa_tensor {
  *   q       [N, Hq,  Tq, Dk]   dtype
  *   k       [N, Hkv, Tk, Dk]   dtype
  *   v       [N, Hkv, Tk, Dv]   dtype
- *   mask    [N|1, Hq|1, Tq|1, Tk] uint8, optional
- *   bias    [N|1, Hq|1, Tq|1, Tk] dtype, optional, may hold -inf
+ *   mask    [N|1, Hq|1, Tq|1, Tk|1] uint8, optional
+ *   bias    [N|1, Hq|1, Tq|1, Tk|1] dtype, optional, may hold -inf
  *   out     [N, Hq,  Tq, Dv]   dtype, written
  *   weights [N, Hq,  Tq, Tk]   dtype, optional output: the probabilities
  *   lse     [N, Hq,  Tq, 1]    dtype, optional output: natural log-sum-exp
  *
- * Innermost strides must be 1 (stride[3] of lse is ignored). K and V may be
- * broadcast over N with stride 0. */
+ * Innermost strides of q, k, v, out and weights must be 1; mask and bias
+ * take any non-negative stride[3]; stride[3] of lse is ignored. K and V may
+ * be broadcast over N with stride 0. */
 typedef struct sdpa_forward_args {
     size_t struct_size;       /* sizeof(sdpa_forward_args) */
     int dtype;                /* SDPA_FLOAT32 or SDPA_FLOAT64 */

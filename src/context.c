@@ -126,6 +126,24 @@ int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
     return status;
 }
 
+/* The name of an option id as the header spells it, for messages. */
+static const char *option_name(int option)
+{
+    static const char *const names[] = {
+        [SDPA_OPT_EMPTY_ROWS] = "SDPA_OPT_EMPTY_ROWS",
+        [SDPA_OPT_NUM_THREADS] = "SDPA_OPT_NUM_THREADS",
+        [SDPA_OPT_KERNEL] = "SDPA_OPT_KERNEL",
+        [SDPA_OPT_PATH] = "SDPA_OPT_PATH",
+        [SDPA_OPT_SCRATCH_LIMIT] = "SDPA_OPT_SCRATCH_LIMIT",
+        [SDPA_OPT_BLOCK_Q] = "SDPA_OPT_BLOCK_Q",
+        [SDPA_OPT_BLOCK_K] = "SDPA_OPT_BLOCK_K",
+    };
+    if (option > 0 && option < (int)(sizeof names / sizeof names[0]) &&
+        names[option])
+        return names[option];
+    return "unknown option";
+}
+
 /* Inclusive range of every option's values. */
 static bool option_range(int option, int64_t *lo, int64_t *hi)
 {
@@ -164,9 +182,9 @@ int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
                          "sdpa_ctx_set_int: unknown option id %d", option);
     if (value < lo || value > hi)
         return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                         "sdpa_ctx_set_int: option %d takes values in "
+                         "sdpa_ctx_set_int: %s takes values in "
                          "[%lld, %lld], got %lld",
-                         option, (long long)lo, (long long)hi,
+                         option_name(option), (long long)lo, (long long)hi,
                          (long long)value);
     if (option == SDPA_OPT_KERNEL) {
         /* what each vector kernel needs from the CPU (portable: nothing) */

@@ -124,6 +124,43 @@ static inline int64_t sdpa_key_limit(const sdpa_problem *p, int64_t b,
     return limit < valid ? limit : valid;
 }
 
+/* Row i's mask over keys [j0, j0 + n) as n contiguous bytes: the caller's
+ * own when the mask's key stride is 1, else gathered into buf (n bytes; a
+ * key-broadcast mask has stride 0). */
+static inline const uint8_t *sdpa_mask_keys(const sdpa_problem *p, int64_t b,
+                                            int64_t h, int64_t i, int64_t j0,
+                                            int64_t n, uint8_t *buf)
+{
+    const uint8_t *row = (const uint8_t *)sdpa_at(&p->mask, 1, b, h, i);
+    const int64_t step = p->mask.stride[3];
+    if (step == 1)
+        return row + j0;
+    for (int64_t j = 0; j < n; j++)
+        buf[j] = row[(j0 + j) * step];
+    return buf;
+}
+
+/* The same for the bias, whose elements are p->elem_size bytes. */
+static inline const void *sdpa_bias_keys(const sdpa_problem *p, int64_t b,
+                                         int64_t h, int64_t i, int64_t j0,
+                                         int64_t n, void *buf)
+{
+    const char *row = sdpa_at(&p->bias, p->elem_size, b, h, i);
+    const int64_t step = p->bias.stride[3];
+    if (step == 1)
+        return row + (size_t)j0 * p->elem_size;
+    if (p->elem_size == sizeof(float)) {
+        const float *src = (const float *)(const void *)row;
+        for (int64_t j = 0; j < n; j++)
+            ((float *)buf)[j] = src[(j0 + j) * step];
+    } else {
+        const double *src = (const double *)(const void *)row;
+        for (int64_t j = 0; j < n; j++)
+            ((double *)buf)[j] = src[(j0 + j) * step];
+    }
+    return buf;
+}
+
 /* The plan of one call: which path, how the work is split, what scratch
  * each worker needs. */
 typedef struct sdpa_plan {
@@ -140,6 +177,7 @@ typedef struct sdpa_plan {
     size_t score_ld;     /* leading dimension of the score scratch */
     /* byte offsets of the regions of one worker's scratch (tiled/decode) */
     size_t off_q, off_s, off_o, off_m, off_l, off_a;
+    size_t off_mask, off_bias; /* a row's gathered mask / bias keys */
     size_t worker_bytes; /* scratch per worker */
     size_t shared_bytes; /* decode: partial results of every chunk */
     void *shared;        /* set at execution: the shared buffer */
@@ -148,7 +186,8 @@ typedef struct sdpa_plan {
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem,
                    sdpa_plan *plan);
 
-/* Region `name` (q, s, o, m, l, a) of a worker's scratch, as a T*. */
+/* Region `name` (q, s, o, m, l, a, mask, bias) of a worker's scratch, as a
+ * T*. */
 #define SDPA_REGION(T, plan, scratch, name)                                    \
     ((T *)(void *)((char *)(scratch) + (plan)->off_##name))
 

@@ -26,8 +26,9 @@ static bool NAME(mask_tile_closed)(const sdpa_problem *p,
         int64_t end = limit[r] < kb + bk ? limit[r] : kb + bk;
         const uint8_t *mask =
             (const uint8_t *)sdpa_at(&p->mask, 1, blk->batch, h, i);
+        const int64_t step = p->mask.stride[3];
         for (int64_t j = kb; j < end; j++)
-            if ((mask[j] != 0) == p->mask_nonzero_allows)
+            if ((mask[j * step] != 0) == p->mask_nonzero_allows)
                 return false;
     }
     return true;
@@ -110,14 +111,17 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
             if (lim > 0) {
                 if (p->softcap > 0)
                     rk->softcap(x, lim, (T)p->softcap);
-                const T *bias = p->bias.data
-                                    ? AT(&p->bias, blk->batch, h, i) + kb
-                                    : NULL;
+                const T *bias =
+                    p->bias.data
+                        ? sdpa_bias_keys(p, blk->batch, h, i, kb, lim,
+                                         SDPA_REGION(T, plan, scratch, bias))
+                        : NULL;
                 const uint8_t *mask =
-                    p->mask.data ? (const uint8_t *)sdpa_at(
-                                       &p->mask, 1, blk->batch, h, i) +
-                                       kb
-                                 : NULL;
+                    p->mask.data
+                        ? sdpa_mask_keys(
+                              p, blk->batch, h, i, kb, lim,
+                              SDPA_REGION(uint8_t, plan, scratch, mask))
+                        : NULL;
                 block_max = rk->mask_max(x, lim, bias, mask,
                                          p->mask_nonzero_allows);
             }

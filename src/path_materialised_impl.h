@@ -60,10 +60,16 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
         int64_t limit = sdpa_key_limit(p, b, i);
         if (limit < 0)
             limit = 0;
-        const T *bias = p->bias.data ? AT(&p->bias, b, h, i) : NULL;
+        const T *bias =
+            p->bias.data && limit > 0
+                ? sdpa_bias_keys(p, b, h, i, 0, limit,
+                                 SDPA_REGION(T, plan, scratch, bias))
+                : NULL;
         const uint8_t *mask =
-            p->mask.data ? (const uint8_t *)sdpa_at(&p->mask, 1, b, h, i)
-                         : NULL;
+            p->mask.data && limit > 0
+                ? sdpa_mask_keys(p, b, h, i, 0, limit,
+                                 SDPA_REGION(uint8_t, plan, scratch, mask))
+                : NULL;
         T m = limit > 0 ? rk->mask_max(x, limit, bias, mask,
                                        p->mask_nonzero_allows)
                         : (T)-INFINITY;

@@ -69,17 +69,24 @@ static int64_t materialised_block_q(const sdpa_ctx *ctx, const sdpa_problem *p,
 }
 
 /* Lays out one worker's regions, 64-byte aligned, in plan->off_*; false on
- * overflow. Sizes are in elements. */
-static bool lay_out(sdpa_plan *plan, size_t elem_size, size_t q, size_t s,
-                    size_t o, size_t rows)
+ * overflow. Sizes are in elements; `keys` is the longest run of keys one row
+ * is given to the row kernels at once, for which a mask or bias whose key
+ * stride is not 1 is gathered (regions mask and bias). */
+static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q,
+                    size_t s, size_t o, size_t rows, size_t keys)
 {
-    const size_t counts[6] = {q, s, o, rows, rows, rows};
-    const size_t sizes[6] = {elem_size, elem_size, elem_size,
-                             elem_size, elem_size, sizeof(int64_t)};
-    size_t *offsets[6] = {&plan->off_q, &plan->off_s, &plan->off_o,
-                          &plan->off_m, &plan->off_l, &plan->off_a};
+    enum { REGIONS = 8 };
+    const size_t es = p->elem_size;
+    const size_t counts[REGIONS] = {
+        q, s, o, rows, rows, rows,
+        p->mask.data && p->mask.stride[3] != 1 ? keys : 0,
+        p->bias.data && p->bias.stride[3] != 1 ? keys : 0};
+    const size_t sizes[REGIONS] = {es, es, es, es, es, sizeof(int64_t), 1, es};
+    size_t *offsets[REGIONS] = {&plan->off_q,    &plan->off_s, &plan->off_o,
+                                &plan->off_m,    &plan->off_l, &plan->off_a,
+                                &plan->off_mask, &plan->off_bias};
     size_t at = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < REGIONS; i++) {
         size_t bytes;
         *offsets[i] = at;
         if (!sdpa_mul_size(counts[i], sizes[i], &bytes) ||
@@ -198,9 +205,8 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         /* region s: the scores (unless they live in the caller's weights);
          * region m: the 1/sum of each row */
         ok = score_ld <= INT_MAX &&
-             lay_out(plan, p->elem_size, 0,
-                     (size_t)plan->block_q * (size_t)score_ld, 0,
-                     (size_t)plan->block_q);
+             lay_out(plan, p, 0, (size_t)plan->block_q * (size_t)score_ld,
+                     0, (size_t)plan->block_q, (size_t)p->len_k);
         break;
     }
     case SDPA_PATH_TILED:
@@ -211,10 +217,10 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
         plan->rows = plan->block_q * p->group;
         plan->work_items = n * p->heads_kv * plan->q_blocks;
-        ok = lay_out(plan, p->elem_size,
-                     p->group > 1 ? (size_t)(plan->rows * dk) : 0,
+        ok = lay_out(plan, p, p->group > 1 ? (size_t)(plan->rows * dk) : 0,
                      (size_t)plan->rows * plan->score_ld,
-                     (size_t)(plan->rows * dv), (size_t)plan->rows);
+                     (size_t)(plan->rows * dv), (size_t)plan->rows,
+                     (size_t)plan->block_k);
         break;
     case SDPA_PATH_DECODE:
     default:
@@ -227,9 +233,10 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
         plan->work_items = n * p->heads_kv * plan->chunks;
         plan->merge_items = n * p->heads_kv;
-        ok = lay_out(plan, p->elem_size, (size_t)(plan->rows * dk),
+        ok = lay_out(plan, p, (size_t)(plan->rows * dk),
                      (size_t)plan->rows * plan->score_ld,
-                     (size_t)(plan->rows * dv), (size_t)plan->rows) &&
+                     (size_t)(plan->rows * dv), (size_t)plan->rows,
+                     (size_t)plan->block_k) &&
              sdpa_mul_size((size_t)(plan->work_items * plan->rows),
                            (size_t)(dv + 2) * p->elem_size,
                            &plan->shared_bytes);

@@ -13,6 +13,12 @@
 
 enum { N_DIM, H_DIM, T_DIM, D_DIM };
 
+/* An extent a tensor must have, and the argument that fixed it. */
+typedef struct extent {
+    int64_t value;
+    const char *source; /* e.g. "q.shape[2] (Tq)" */
+} extent;
+
 /* How each tensor argument is checked. */
 typedef struct tensor_rule {
     const char *name;
@@ -20,11 +26,13 @@ typedef struct tensor_rule {
     sdpa_view *view;
     bool required;
     bool is_output;
-    bool broadcastable; /* N, H, T may be broadcast (extent 1 or stride 0) */
+    bool broadcastable; /* mask, bias: any dimension may have extent 1 */
     bool rows_for_blas; /* row stride is a BLAS leading dimension */
-    bool single_column; /* lse: one value per row, stride[3] unused */
+    bool any_inner;     /* mask, bias: any non-negative stride[3] (they are
+                           never BLAS operands: rows are gathered) */
+    bool inner_unused;  /* lse: one value per row, stride[3] ignored */
     size_t elem_size;
-    int64_t expect[4];  /* exact extents; broadcastable dims may also be 1 */
+    extent expect[4]; /* exact extents; broadcastable dims may also be 1 */
 } tensor_rule;
 
 static const char *const dim_names[4] = {"N", "H", "T", "D"};
@@ -40,15 +48,16 @@ static int check_shape(sdpa_ctx *ctx, const tensor_rule *r)
                              r->name, d, dim_names[d], (long long)got);
     }
     for (int d = 0; d < 4; d++) {
-        int64_t got = r->tensor->shape[d], want = r->expect[d];
-        bool broadcast_ok = r->broadcastable && d != D_DIM && got == 1;
-        if (got != want && !broadcast_ok)
+        int64_t got = r->tensor->shape[d];
+        const extent *want = &r->expect[d];
+        if (got != want->value && !(r->broadcastable && got == 1))
             return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                             "sdpa_forward: %s.shape[%d] (%s) is %lld, "
-                             "expected %lld%s",
-                             r->name, d, dim_names[d], (long long)got,
-                             (long long)want,
-                             r->broadcastable && d != D_DIM ? " or 1" : "");
+                             "sdpa_forward: %s.shape[%d] is %lld, but %s is "
+                             "%lld: they must agree%s",
+                             r->name, d, (long long)got, want->source,
+                             (long long)want->value,
+                             r->broadcastable ? " (or be 1 to broadcast)"
+                                              : "");
     }
     return SDPA_OK;
 }
@@ -99,7 +108,7 @@ static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
     const sdpa_tensor *t = r->tensor;
     int64_t stride[4];
     for (int d = 0; d < 4; d++) {
-        stride[d] = t->stride[d];
+        stride[d] = d == D_DIM && r->inner_unused ? 0 : t->stride[d];
         if (stride[d] < 0)
             return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
                              "sdpa_forward: %s.stride[%d] is %lld, strides "
@@ -108,7 +117,7 @@ static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
         if (t->shape[d] == 1)
             stride[d] = 0; /* a single index never moves: broadcast */
     }
-    if (!r->single_column && t->stride[D_DIM] != 1 && t->shape[D_DIM] > 1)
+    if (!r->any_inner && t->stride[D_DIM] != 1 && t->shape[D_DIM] > 1)
         return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
                          "sdpa_forward: %s.stride[3] is %lld, the innermost "
                          "stride must be 1",
@@ -167,13 +176,15 @@ static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
         mask = (const uint8_t *)sdpa_at(&p->mask, 1, b, h, i);
     if (p->bias.data)
         bias = sdpa_at(&p->bias, p->elem_size, b, h, i);
+    const int64_t mask_step = p->mask.stride[D_DIM];
+    const int64_t bias_step = p->bias.stride[D_DIM];
     for (int64_t j = 0; j < limit; j++) {
-        if (mask && (mask[j] != 0) != p->mask_nonzero_allows)
+        if (mask && (mask[j * mask_step] != 0) != p->mask_nonzero_allows)
             continue;
         if (bias) {
             double v = p->dtype == SDPA_FLOAT32
-                           ? (double)((const float *)bias)[j]
-                           : ((const double *)bias)[j];
+                           ? (double)((const float *)bias)[j * bias_step]
+                           : ((const double *)bias)[j * bias_step];
             if (v == -INFINITY)
                 continue;
         }
@@ -269,25 +280,31 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
     int64_t hkv = args->k.shape[H_DIM], tk = args->k.shape[T_DIM];
     int64_t dv = args->v.shape[D_DIM];
     size_t es = p->elem_size;
-    /* q fixes N, Hq, Tq, Dk; k fixes Hkv, Tk; v fixes Dv. Columns: name, tensor, view, required, is_output, broadcastable,
-     * rows_for_blas, single_column, element size, expected extents */
+    /* q fixes N, Hq, Tq and Dk; k fixes Hkv and Tk; v fixes Dv. */
+    const extent N = {n, "q.shape[0] (N)"}, HQ = {hq, "q.shape[1] (Hq)"};
+    const extent TQ = {tq, "q.shape[2] (Tq)"}, DK = {dk, "q.shape[3] (Dk)"};
+    const extent HKV = {hkv, "k.shape[1] (Hkv)"};
+    const extent TK = {tk, "k.shape[2] (Tk)"}, DV = {dv, "v.shape[3] (Dv)"};
+    const extent ONE = {1, "its extent (one value per row)"};
+    /* Columns: name, tensor, view, required, is_output, broadcastable,
+     * rows_for_blas, any_inner, inner_unused, element size, extents. */
     tensor_rule rules[] = {
-        {"q", &args->q, &p->q, true, false, false, true, false, es,
-         {n, hq, tq, dk}},
-        {"k", &args->k, &p->k, true, false, false, true, false, es,
-         {n, hkv, tk, dk}},
-        {"v", &args->v, &p->v, true, false, false, true, false, es,
-         {n, hkv, tk, dv}},
-        {"mask", &args->mask, &p->mask, false, false, true, false, false, 1,
-         {n, hq, tq, tk}},
-        {"bias", &args->bias, &p->bias, false, false, true, false, false, es,
-         {n, hq, tq, tk}},
-        {"out", &args->out, &p->out, true, true, false, true, false, es,
-         {n, hq, tq, dv}},
+        {"q", &args->q, &p->q, true, false, false, true, false, false, es,
+         {N, HQ, TQ, DK}},
+        {"k", &args->k, &p->k, true, false, false, true, false, false, es,
+         {N, HKV, TK, DK}},
+        {"v", &args->v, &p->v, true, false, false, true, false, false, es,
+         {N, HKV, TK, DV}},
+        {"mask", &args->mask, &p->mask, false, false, true, false, true,
+         false, 1, {N, HQ, TQ, TK}},
+        {"bias", &args->bias, &p->bias, false, false, true, false, true,
+         false, es, {N, HQ, TQ, TK}},
+        {"out", &args->out, &p->out, true, true, false, true, false, false,
+         es, {N, HQ, TQ, DV}},
         {"weights", &args->weights, &p->weights, false, true, false, true,
-         false, es, {n, hq, tq, tk}},
-        {"lse", &args->lse, &p->lse, false, true, false, false, true, es,
-         {n, hq, tq, 1}},
+         false, false, es, {N, HQ, TQ, TK}},
+        {"lse", &args->lse, &p->lse, false, true, false, false, false, true,
+         es, {N, HQ, TQ, ONE}},
     };
     enum { RULES = sizeof rules / sizeof rules[0] };
     for (int i = 0; i < RULES; i++)
@@ -309,7 +326,7 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
         /* K and V may be shared by every batch item (extent 1). */
         if ((r->view == &p->k || r->view == &p->v) &&
             r->tensor->shape[N_DIM] == 1)
-            r->expect[N_DIM] = 1;
+            r->expect[N_DIM].value = 1;
         int status = check_shape(ctx, r);
         if (status == SDPA_OK) {
             size_t bytes = 0;

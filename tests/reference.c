@@ -39,7 +39,7 @@ static unsigned char mask_get(const sdpa_tensor *m, int64_t b, int64_t h,
                               int64_t i, int64_t j)
 {
     int64_t off = bidx(m, 0, b) * m->stride[0] + bidx(m, 1, h) * m->stride[1] +
-                  bidx(m, 2, i) * m->stride[2] + j * m->stride[3];
+                  bidx(m, 2, i) * m->stride[2] + bidx(m, 3, j) * m->stride[3];
     return ((const unsigned char *)m->data)[off];
 }
 
@@ -110,7 +110,8 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                     if (a->bias.data) {
                         bv = ref_get(&a->bias, dt, bidx(&a->bias, 0, b),
                                      bidx(&a->bias, 1, h),
-                                     bidx(&a->bias, 2, i), j);
+                                     bidx(&a->bias, 2, i),
+                                     bidx(&a->bias, 3, j));
                         if (isinf(bv) && bv < 0)
                             allowed = 0;
                     }

@@ -413,6 +413,9 @@ static void test_bad_dim(void **state)
              f->a.q.shape[3] = INT64_MIN; f->a.k.shape[3] = INT64_MIN);
 }
 
+/* A mask that allows every key, for any shape the fixture's mask has. */
+static const uint8_t all_allowed[N_ * HQ * TQ * TK];
+
 static void test_shape_mismatch(void **state)
 {
     fx *f = *state;
@@ -439,6 +442,10 @@ static void test_shape_mismatch(void **state)
          f->a.weights.shape[0] = 1);
     CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("lse"), f->a.lse.shape[2] = TQ - 1);
     CASE(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("lse"), f->a.lse.shape[1] = 1);
+    /* Mask and bias broadcast over keys too (extent 1). */
+    CASE(SDPA_OK, NULL, f->a.mask.shape[3] = 1;
+         f->a.mask.data = (void *)(uintptr_t)all_allowed);
+    CASE(SDPA_OK, NULL, f->a.bias.shape[3] = 1);
     /* N disagrees: q and out say 1, k and v say 2 (no stride 0). */
     CASE_MIN(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("q", "k", "v", "out", "N", "batch"),
              f->a.q.shape[0] = 1; f->a.out.shape[0] = 1);
@@ -465,12 +472,18 @@ static void test_bad_stride(void **state)
          f->a.weights.stride[2] = TK - 1);
     CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("lse"), f->a.lse.stride[2] = 0);
     CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("lse"), f->a.lse.stride[1] = -1);
-    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("mask"), f->a.mask.stride[3] = 2);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("mask"), f->a.mask.stride[3] = -1);
     CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("mask"), f->a.mask.stride[0] = -1);
-    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("bias"), f->a.bias.stride[3] = 0);
+    CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("bias"), f->a.bias.stride[3] = -1);
     CASE(SDPA_ERR_BAD_STRIDE, NEEDLES("bias"), f->a.bias.stride[2] = -TK);
-    /* The one stride that is ignored: lse's innermost. */
+    /* Mask and bias are never BLAS operands: any non-negative key stride,
+     * 0 included (a key-broadcast mask; test_properties checks values). */
+    CASE(SDPA_OK, NULL, f->a.mask.stride[3] = 0;
+         f->a.mask.data = (void *)(uintptr_t)all_allowed);
+    CASE(SDPA_OK, NULL, f->a.bias.stride[3] = 0);
+    /* The one stride that is ignored: lse's innermost, whatever its sign. */
     CASE(SDPA_OK, NULL, f->a.lse.stride[3] = 12345);
+    CASE(SDPA_OK, NULL, f->a.lse.stride[3] = -1);
 }
 
 static void test_overlap(void **state)
@@ -678,6 +691,35 @@ static void test_bad_option_value(void **state)
     assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO),
                      SDPA_OK);
     assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_SCRATCH_LIMIT, 0), SDPA_OK);
+}
+
+/* Messages name what disagrees and what is wrong by the names the header
+ * uses; checked word for word for one case of each kind. */
+static void test_message_text(void **state)
+{
+    fx *f = *state;
+    fx_reset(f);
+    f->a.mask.data = NULL;
+    f->a.bias.data = NULL;
+    f->a.weights.data = NULL;
+    f->a.q.shape[2] = TQ - 1; /* q says Tq = 2, out still has 3 rows */
+    fill_outputs(f);
+    assert_int_equal(sdpa_forward(f->ctx, &f->a), SDPA_ERR_SHAPE_MISMATCH);
+    assert_string_equal(sdpa_ctx_last_error(f->ctx),
+                        "sdpa_forward: out.shape[2] is 3, but q.shape[2] "
+                        "(Tq) is 2: they must agree");
+    check_untouched(f, "q with a wrong Tq");
+
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_NUM_THREADS, 0),
+                     SDPA_ERR_BAD_OPTION_VALUE);
+    assert_string_equal(sdpa_ctx_last_error(f->ctx),
+                        "sdpa_ctx_set_int: SDPA_OPT_NUM_THREADS takes values "
+                        "in [1, 256], got 0");
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_BLOCK_K, -3),
+                     SDPA_ERR_BAD_OPTION_VALUE);
+    assert_string_equal(sdpa_ctx_last_error(f->ctx),
+                        "sdpa_ctx_set_int: SDPA_OPT_BLOCK_K takes values in "
+                        "[0, 1048576], got -3");
 }
 
 static void test_option_defaults(void **state)
@@ -963,6 +1005,7 @@ int main(void)
         BOTH(test_bad_flags),
         BOTH(test_unknown_option),
         BOTH(test_bad_option_value),
+        BOTH(test_message_text),
         cmocka_unit_test(test_option_defaults),
         BOTH(test_fully_masked_row),
         BOTH(test_nonfinite),

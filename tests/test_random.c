@@ -71,9 +71,9 @@ typedef struct cfg {
     int lay_q, lay_kv, lay_out, lay_w;
     int64_t pad_q, pad_kv, pad_out, pad_w;
     int kv_bcast;
-    int use_mask, mask_inverted, mask_b[3];
+    int use_mask, mask_inverted, mask_b[4];
     double mask_p;
-    int use_bias, bias_b[3];
+    int use_bias, bias_b[4];
     double bias_ninf_p;
     int causal;
     int use_kvlens;
@@ -91,7 +91,7 @@ static void cfg_print(const cfg *c)
     print_message(
         "  cfg seed=%llu dtype=%s N=%lld Hq=%lld Hkv=%lld Tq=%lld Tk=%lld "
         "Dk=%lld Dv=%lld lay(q,kv,out,w)=%d,%d,%d,%d pad=%lld,%lld,%lld,%lld "
-        "kv_bcast=%d mask=%d(inv=%d b=%d%d%d) bias=%d(b=%d%d%d) causal=%d "
+        "kv_bcast=%d mask=%d(inv=%d b=%d%d%d%d) bias=%d(b=%d%d%d%d) causal=%d "
         "kvlens=%d[",
         (unsigned long long)c->seed,
         c->dtype == SDPA_FLOAT32 ? "f32" : "f64", (long long)c->N,
@@ -100,8 +100,8 @@ static void cfg_print(const cfg *c)
         c->lay_kv, c->lay_out, c->lay_w, (long long)c->pad_q,
         (long long)c->pad_kv, (long long)c->pad_out, (long long)c->pad_w,
         c->kv_bcast, c->use_mask, c->mask_inverted, c->mask_b[0],
-        c->mask_b[1], c->mask_b[2], c->use_bias, c->bias_b[0], c->bias_b[1],
-        c->bias_b[2], c->causal, c->use_kvlens);
+        c->mask_b[1], c->mask_b[2], c->mask_b[3], c->use_bias, c->bias_b[0],
+        c->bias_b[1], c->bias_b[2], c->bias_b[3], c->causal, c->use_kvlens);
     for (int64_t b = 0; b < c->N; ++b)
         print_message("%s%lld", b ? "," : "", (long long)c->kv_lens[b]);
     print_message("] scale=%g softcap=%g w=%d lse=%d zero=%d threads=%d "
@@ -190,6 +190,12 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     static const int64_t blocks[] = {0, 0, 1, 3, 8, 16, 64};
     c->block_q = blocks[rng_int(&r, 0, 6)];
     c->block_k = blocks[rng_int(&r, 0, 6)];
+    /* The key dimension of mask and bias (drawn last, so that the draws
+     * above stay those of earlier versions): 0 contiguous, 2 extent 1,
+     * 3 stride 0 over Tk keys, 4 a stride of 2 or 3 (gaps between keys). */
+    static const int key_modes[] = {0, 0, 0, 0, 2, 3, 4, 4};
+    c->mask_b[3] = key_modes[rng_int(&r, 0, 7)];
+    c->bias_b[3] = key_modes[rng_int(&r, 0, 7)];
 }
 
 typedef struct inst {
@@ -198,19 +204,20 @@ typedef struct inst {
     sdpa_forward_args a;
 } inst;
 
-/* A broadcastable [N|1, Hq|1, Tq|1, Tk] tensor: b[d] 0 = full, 2 = extent 1,
- * 3 = stride 0 over the full extent. */
+/* A broadcastable [N|1, Hq|1, Tq|1, Tk|1] tensor: b[d] 0 = full, 2 = extent
+ * 1, 3 = stride 0 over the full extent; b[3] = 4: keys 2 or 3 apart. */
 static void make_bcast(tbuf *x, int kind, const cfg *c, const int *bm)
 {
-    int64_t full[3] = {c->N, c->Hq, c->Tq};
-    int64_t ext[3];
-    for (int d = 0; d < 3; ++d)
-        ext[d] = bm[d] == 0 ? full[d] : 1;
-    tbuf_make(x, kind, ext[0], ext[1], ext[2], c->Tk, LAYOUT_BHTD, 0);
-    for (int d = 0; d < 3; ++d)
-        if (bm[d] == 3) {
+    int64_t full[4] = {c->N, c->Hq, c->Tq, c->Tk};
+    int64_t key_step = bm[3] == 4 ? 2 + (c->seed & 1) : 1;
+    int64_t ext[4];
+    for (int d = 0; d < 4; ++d)
+        ext[d] = bm[d] == 0 ? full[d] : bm[d] == 4 ? full[d] * key_step : 1;
+    tbuf_make(x, kind, ext[0], ext[1], ext[2], ext[3], LAYOUT_BHTD, 0);
+    for (int d = 0; d < 4; ++d)
+        if (bm[d] == 3 || bm[d] == 4) {
             x->t.shape[d] = full[d];
-            x->t.stride[d] = 0;
+            x->t.stride[d] = bm[d] == 3 ? 0 : key_step;
         }
 }
 
@@ -250,7 +257,8 @@ static void inst_make(inst *s, const cfg *c)
         for (int64_t a = 0; a < (s->mask.t.stride[0] ? e[0] : 1); ++a)
             for (int64_t b = 0; b < (s->mask.t.stride[1] ? e[1] : 1); ++b)
                 for (int64_t i = 0; i < (s->mask.t.stride[2] ? e[2] : 1); ++i)
-                    for (int64_t j = 0; j < e[3]; ++j) {
+                    for (int64_t j = 0; j < (s->mask.t.stride[3] ? e[3] : 1);
+                         ++j) {
                         int forbid = rng_unit(&r) < c->mask_p;
                         int nz = (int)rng_int(&r, 1, 255);
                         int val = c->mask_inverted ? (forbid ? 0 : nz)
@@ -264,7 +272,8 @@ static void inst_make(inst *s, const cfg *c)
         for (int64_t a = 0; a < (s->bias.t.stride[0] ? e[0] : 1); ++a)
             for (int64_t b = 0; b < (s->bias.t.stride[1] ? e[1] : 1); ++b)
                 for (int64_t i = 0; i < (s->bias.t.stride[2] ? e[2] : 1); ++i)
-                    for (int64_t j = 0; j < e[3]; ++j)
+                    for (int64_t j = 0; j < (s->bias.t.stride[3] ? e[3] : 1);
+                         ++j)
                         tset(&s->bias, a, b, i, j,
                              rng_unit(&r) < c->bias_ninf_p ? -INFINITY
                                                            : rng_sym(&r, 1.5));
