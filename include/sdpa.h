@@ -143,7 +143,8 @@ typedef struct sdpa_allocator {
 } sdpa_allocator;
 
 /* Create a context with the C library allocator. *out is set to NULL on
- * failure. */
+ * failure. The SDPA_KERNEL environment variable is read here (see the row
+ * kernels below). */
 SDPA_API int sdpa_ctx_create(sdpa_ctx **out);
 /* Create a context whose every allocation (itself included) goes through
  * `allocator`, which is copied. */
@@ -175,7 +176,15 @@ enum {
 
 enum { SDPA_EMPTY_ROWS_ERROR = 0, SDPA_EMPTY_ROWS_ZERO = 1 };
 /* Row kernels (the softmax pass). AUTO picks the widest the CPU runs:
- * AVX512 (F, DQ, BW, VL), then AVX2 (with FMA), then PORTABLE C. */
+ * AVX512 (F, DQ, BW, VL), then AVX2 (with FMA), then PORTABLE C.
+ *
+ * The environment variable SDPA_KERNEL chooses the kernel a new context
+ * starts with, without recompiling (as BLIS_ARCH_TYPE does for BLIS):
+ * "portable", "avx2", "avx512" or "auto", in any case; read by
+ * sdpa_ctx_create*, shown by `sdpa --version`. SDPA_OPT_KERNEL set through
+ * the API still wins. A name it does not know makes sdpa_ctx_create* fail
+ * with SDPA_ERR_BAD_OPTION_VALUE, a kernel this CPU lacks with
+ * SDPA_ERR_UNSUPPORTED: a forced kernel is never silently replaced. */
 enum {
     SDPA_KERNEL_AUTO = 0,
     SDPA_KERNEL_PORTABLE = 1,

@@ -72,6 +72,10 @@ int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
 
     if (!allocator->alloc || !allocator->free)
         return SDPA_ERR_NULL_POINTER;
+    int kernel;
+    int chosen = sdpa_kernel_from_environment(&kernel);
+    if (chosen != SDPA_OK)
+        return chosen;
     sdpa_ctx *ctx = allocator->alloc(allocator->opaque, sizeof *ctx,
                                      _Alignof(sdpa_ctx));
     if (!ctx)
@@ -80,7 +84,9 @@ int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
     ctx->allocator = *allocator;
     ctx->allocator.struct_size = sizeof(sdpa_allocator);
     ctx->options[SDPA_OPT_NUM_THREADS] = 1;
-    ctx->kernel = sdpa_kernel_best();
+    ctx->kernel = kernel;
+    if (kernel != sdpa_kernel_best()) /* forced by SDPA_KERNEL */
+        ctx->options[SDPA_OPT_KERNEL] = kernel;
     *out = ctx;
     return SDPA_OK;
 }

@@ -233,6 +233,14 @@ int sdpa_blas_threads(void);
  * SDPA_KERNEL_AUTO resolves to. */
 bool sdpa_kernel_supported(int kernel);
 int sdpa_kernel_best(void);
+/* Lower-case name of an SDPA_KERNEL_* value ("auto", "portable", "avx2",
+ * "avx512"), as the SDPA_KERNEL environment variable spells it. */
+const char *sdpa_kernel_name(int kernel);
+/* The kernel a new context starts with: the SDPA_KERNEL environment
+ * variable's (any case; unset, empty or "auto": the widest the CPU runs).
+ * SDPA_ERR_BAD_OPTION_VALUE for a name it does not know,
+ * SDPA_ERR_UNSUPPORTED for a kernel this CPU lacks. */
+int sdpa_kernel_from_environment(int *kernel);
 
 /* Checked size arithmetic: false on overflow. */
 static inline bool sdpa_mul_size(size_t a, size_t b, size_t *r)

@@ -15,6 +15,9 @@
 
 #include <math.h>
 
+/* Defines (static): decode_chunk_item_f32, decode_chunk_item_f64,
+ * decode_merge_item_f32, decode_merge_item_f64, partial_f32, partial_f64;
+ * and sdpa_decode_chunk_item, sdpa_decode_merge_item by dtype. */
 #define SDPA_TEMPLATE "path_decode_impl.h"
 #include "instantiate.h"
 

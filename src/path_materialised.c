@@ -7,6 +7,8 @@
 #include <cblas.h>
 #include <math.h>
 
+/* Defines materialised_item_f32 and materialised_item_f64 (static), and
+ * sdpa_materialised_item, which calls one of them by dtype. */
 #define SDPA_TEMPLATE "path_materialised_impl.h"
 #include "instantiate.h"
 

@@ -8,6 +8,8 @@
  */
 #include "online_softmax.h"
 
+/* Defines tiled_item_f32 and tiled_item_f64 (static), and sdpa_tiled_item,
+ * which calls one of them by dtype. */
 #define SDPA_TEMPLATE "path_tiled_impl.h"
 #include "instantiate.h"
 

@@ -4,6 +4,8 @@
 #include "internal.h"
 #include "rows.h"
 
+#include <stdlib.h>
+
 bool sdpa_kernel_supported(int kernel)
 {
     switch (kernel) {
@@ -38,6 +40,51 @@ int sdpa_kernel_best(void)
     return SDPA_KERNEL_PORTABLE;
 }
 
+/* The kernel names SDPA_KERNEL accepts, by SDPA_KERNEL_* value. */
+static const char *const kernel_names[] = {
+    [SDPA_KERNEL_AUTO] = "auto",
+    [SDPA_KERNEL_PORTABLE] = "portable",
+    [SDPA_KERNEL_AVX2] = "avx2",
+    [SDPA_KERNEL_AVX512] = "avx512",
+};
+
+const char *sdpa_kernel_name(int kernel)
+{
+    if (kernel >= 0 && kernel < (int)(sizeof kernel_names /
+                                      sizeof kernel_names[0]))
+        return kernel_names[kernel];
+    return "unknown";
+}
+
+static bool same_name(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        char ca = *a >= 'A' && *a <= 'Z' ? (char)(*a - 'A' + 'a') : *a;
+        if (ca != *b)
+            return false;
+    }
+    return *a == *b;
+}
+
+int sdpa_kernel_from_environment(int *kernel)
+{
+    *kernel = sdpa_kernel_best();
+    const char *value = getenv("SDPA_KERNEL");
+    if (!value || !*value)
+        return SDPA_OK;
+    for (int k = 0; k < (int)(sizeof kernel_names / sizeof kernel_names[0]);
+         k++)
+        if (same_name(value, kernel_names[k])) {
+            if (k == SDPA_KERNEL_AUTO)
+                return SDPA_OK;
+            if (!sdpa_kernel_supported(k))
+                return SDPA_ERR_UNSUPPORTED;
+            *kernel = k;
+            return SDPA_OK;
+        }
+    return SDPA_ERR_BAD_OPTION_VALUE;
+}
+
 /* Off x86 only the portable set exists; a context never resolves to the
  * others there (sdpa_kernel_supported says no), so these never run. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -59,5 +106,6 @@ int sdpa_kernel_best(void)
         }                                                                      \
     }
 
+/* sdpa_row_kernels_select_f32, sdpa_row_kernels_select_f64 */
 SDPA_DEFINE_KERNEL_SELECT(f32)
 SDPA_DEFINE_KERNEL_SELECT(f64)

@@ -9,6 +9,7 @@
  * loosely with strstr), and, for errors found by validation, with
  * sdpa_forward_workspace() giving the same status for the same arguments.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, for SDPA_KERNEL */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -937,6 +938,71 @@ static void test_unsupported(void **state)
     assert_true(checked > 0);
 }
 
+/* The kernel a context starts with, from the SDPA_KERNEL environment
+ * variable; the API option still wins; a bad value is an error of create. */
+static void test_kernel_environment(void **state)
+{
+    (void)state;
+    sdpa_ctx *c = NULL;
+    int64_t v = -1;
+    assert_int_equal(setenv("SDPA_KERNEL", "Portable", 1), 0);
+    assert_int_equal(sdpa_ctx_create(&c), SDPA_OK);
+    assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
+    assert_int_equal(v, SDPA_KERNEL_PORTABLE);
+    assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO),
+                     SDPA_OK);
+    int64_t best = -1;
+    assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &best), SDPA_OK);
+    sdpa_ctx_destroy(c);
+
+    assert_int_equal(setenv("SDPA_KERNEL", "auto", 1), 0);
+    assert_int_equal(sdpa_ctx_create(&c), SDPA_OK);
+    assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
+    assert_int_equal(v, best);
+    sdpa_ctx_destroy(c);
+
+    /* A name it does not know: no context, nothing allocated. */
+    assert_int_equal(setenv("SDPA_KERNEL", "avx9", 1), 0);
+    c = (sdpa_ctx *)&v;
+    assert_int_equal(sdpa_ctx_create(&c), SDPA_ERR_BAD_OPTION_VALUE);
+    assert_null(c);
+    counting_alloc ca;
+    sdpa_allocator al = ca_start(&ca, -1);
+    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
+                     SDPA_ERR_BAD_OPTION_VALUE);
+    assert_int_equal(ca.allocs, 0);
+
+    /* Each kernel: accepted where the CPU has it, else UNSUPPORTED. */
+    static const char *const names[] = {"portable", "AVX2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        int kernel = test_kernels[i];
+        assert_int_equal(setenv("SDPA_KERNEL", names[i], 1), 0);
+        int rc = sdpa_ctx_create(&c);
+        if (rc == SDPA_ERR_UNSUPPORTED) {
+            assert_null(c);
+            /* the API agrees that this CPU lacks it */
+            sdpa_ctx *plain;
+            assert_int_equal(unsetenv("SDPA_KERNEL"), 0);
+            assert_int_equal(sdpa_ctx_create(&plain), SDPA_OK);
+            assert_int_equal(sdpa_ctx_set_int(plain, SDPA_OPT_KERNEL, kernel),
+                             SDPA_ERR_UNSUPPORTED);
+            sdpa_ctx_destroy(plain);
+            continue;
+        }
+        assert_int_equal(rc, SDPA_OK);
+        assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
+        assert_int_equal(v, kernel);
+        /* The API option wins over the environment. */
+        assert_int_equal(
+            sdpa_ctx_set_int(c, SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE),
+            SDPA_OK);
+        assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
+        assert_int_equal(v, SDPA_KERNEL_PORTABLE);
+        sdpa_ctx_destroy(c);
+    }
+    assert_int_equal(unsetenv("SDPA_KERNEL"), 0);
+}
+
 static void test_status_strings(void **state)
 {
     (void)state;
@@ -1011,6 +1077,7 @@ int main(void)
         BOTH(test_nonfinite),
         BOTH(test_out_of_memory),
         BOTH(test_unsupported),
+        cmocka_unit_test(test_kernel_environment),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_version),
     };
