@@ -157,7 +157,7 @@ typedef struct bench_env {
     const char *sdpa_version;
     int64_t kernel;        /* SDPA_OPT_KERNEL as AUTO resolves it */
     int peak_reset_ok;     /* clear_refs worked */
-    double bw[3];          /* read bandwidth with 1 and 2 threads (B/s) */
+    double bw[2];          /* read bandwidth with [0] 1, [1] 2 threads (B/s) */
     size_t mem_budget;     /* libsdpa workspace budget (bytes) */
     size_t baseline_budget;/* baseline score block budget (bytes) */
     uint64_t seed;

@@ -497,7 +497,7 @@ static int run_block(const bench_data *d, int threads, const options *o,
         row->gflops = bench_shape_flops(s) / row->median_s / 1e9;
         if (s->decode) {
             /* every variant of the block uses `threads` cores */
-            double bw = env->bw[threads >= 2 ? 2 : 1];
+            double bw = env->bw[threads >= 2 ? 1 : 0];
             row->kv_gbs = bench_shape_kv_bytes(s) / row->median_s / 1e9;
             row->kv_bw_ratio = bw > 0 ? row->kv_gbs * 1e9 / bw : 0.0;
         }
@@ -622,8 +622,8 @@ int main(int argc, char **argv)
     env.peak_reset_ok = bench_mem_reset_peak() == 0;
     if (any_decode) {
         fprintf(stderr, "measuring read bandwidth (512 MiB)...\n");
-        env.bw[1] = bench_read_bandwidth((size_t)512 << 20, 1, 7);
-        env.bw[2] = bench_read_bandwidth((size_t)512 << 20, 2, 7);
+        env.bw[0] = bench_read_bandwidth((size_t)512 << 20, 1, 7);
+        env.bw[1] = bench_read_bandwidth((size_t)512 << 20, 2, 7);
     }
 
     if (!o.json) {

@@ -46,10 +46,10 @@ void bench_report_header(const bench_env *env)
     if (env->lib_blas_threads)
         printf("  This run: OpenBLAS at %d thread(s) under libsdpa.\n",
                env->lib_blas_threads);
-    if (env->bw[1] > 0)
+    if (env->bw[0] > 0)
         printf("Read bandwidth (512 MiB streaming sum, median): %.1f GB/s "
                "with 1 thread, %.1f GB/s with 2\n",
-               env->bw[1] / 1e9, env->bw[2] / 1e9);
+               env->bw[0] / 1e9, env->bw[1] / 1e9);
     printf("Peak memory: %s\n",
            env->peak_reset_ok
                ? "VmHWM reset (clear_refs) before each variant's setup + "
@@ -167,9 +167,9 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
     printf(",\n  \"openblas_num_threads\": %d,\n", env->openblas_threads);
     printf("  \"lib_blas_threads\": %d,\n", env->lib_blas_threads);
     printf("  \"read_bandwidth_Bps\": {\"1\": ");
-    json_number(env->bw[1]);
+    json_number(env->bw[0]);
     printf(", \"2\": ");
-    json_number(env->bw[2]);
+    json_number(env->bw[1]);
     printf("},\n  \"peak_reset\": %s,\n", env->peak_reset_ok ? "true" : "false");
     printf("  \"workspace_budget_bytes\": %zu,\n  \"seed\": %llu,\n",
            env->mem_budget, (unsigned long long)env->seed);

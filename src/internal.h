@@ -214,7 +214,8 @@ int sdpa_decode_merge_item(const sdpa_problem *problem, const sdpa_plan *plan,
                            int kernel, void *scratch, int64_t item,
                            sdpa_where *where);
 
-/* Runs items [0, plan->work_items) on plan->threads workers (the caller's
+/* Runs items [0, items) — plan->work_items, or the decode path's
+ * plan->merge_items — on plan->threads workers (the caller's
  * thread is worker 0). Results never depend on the thread count: every item
  * is computed the same way by whichever worker takes it. */
 int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,

@@ -1,9 +1,10 @@
 /*
  * The online softmax over key blocks (FlashAttention's Theorem 1 on a CPU):
  * the engine of the tiled and decode paths. A row block is a set of query
- * rows that read the same KV head — one head's block of rows (tiled), or the
- * rows of every query head of a GQA group stacked together (decode) — and a
- * range of keys. For each key block:
+ * rows that read the same KV head — the rows of every query head of a GQA
+ * group stacked together (one head's rows without GQA): a block of query
+ * rows on the tiled path, all Tq rows on the decode path — and a range of
+ * keys. For each key block:
  *
  *   S = scale · Q Kᵀ_blk                       gemm (gemv per row for few rows)
  *   m' = max(m, max_j s_j);  P = exp(S − m')   the row kernels of rows.h

@@ -1,5 +1,5 @@
-/* The portable C row kernels: built everywhere, the reference the AVX2
- * kernels are tested against. */
+/* The portable C row kernels: built everywhere, the reference the vector
+ * kernels (AVX2, AVX-512) are tested against. */
 #include "rows.h"
 #include "vexp.h"
 

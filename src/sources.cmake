@@ -27,7 +27,4 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64|i[3-6]86")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/rows_avx512.c
     PROPERTIES COMPILE_OPTIONS
     "-mavx2;-mfma;-mavx512f;-mavx512dq;-mavx512bw;-mavx512vl")
-  set(SDPA_HAVE_X86 ON)
-else()
-  set(SDPA_HAVE_X86 OFF)
 endif()

@@ -6,14 +6,16 @@
  *     permutes the weights and leaves out/lse unchanged within tolerance;
  *   - NaN in K/V rows j >= kv_lens[b] never reaches out/weights/lse;
  *   - results are bitwise identical for 1, 2 and 3 worker threads;
- *   - the portable and AVX2 row kernels agree within a stated bound;
+ *   - the portable, AVX2 and AVX-512 row kernels agree within a stated
+ *     bound (each vector set where the CPU has it);
  *   - after the first call with a shape, later calls with the same or a
  *     smaller shape allocate nothing (counting allocator), every allocation
  *     honours its alignment and is freed with its size;
  *   - sdpa_forward_workspace validates, reports > 0 bytes for the
  *     materialised path, allocates nothing and writes nothing.
  * Each property is checked on every kernel / path the context accepts
- * (SDPA_ERR_UNSUPPORTED skips a forced TILED / DECODE path or AVX2 kernel).
+ * (SDPA_ERR_UNSUPPORTED skips a forced TILED / DECODE path or a vector
+ * kernel the CPU lacks).
  */
 #include <setjmp.h>
 #include <stdarg.h>
