@@ -7,16 +7,19 @@
  * a vectorised masked softmax pass sits between them. This header is the whole
  * public API, and its version macros are the single source of the version.
  *
- * Semantics (the contract). For batch item b, query head h, query row i and
- * key j, with L_b = kv_lens ? kv_lens[b] : Tk and g = Hq / Hkv:
+ * Semantics (the contract; docs/SEMANTICS.md explains it and lists the
+ * reference values the tests assert). For batch item b, query head h, query
+ * row i and key j, with L_b = kv_lens ? kv_lens[b] : Tk and g = Hq / Hkv:
  *
  *  1. logit s_ij = scale · <q[b,h,i,:], k[b,h/g,j,:]>, default scale
  *     1/sqrt(Dk); with a soft-cap c > 0, s = c·tanh(s/c); then + bias[b,h,i,j].
  *  2. key j is FORBIDDEN for row i when any of these holds:
  *       j >= L_b;
- *       mask[b,h,i,j] != 0           (nonzero = forbidden, the textbook rule;
- *                                      SDPA_FLAG_MASK_NONZERO_ALLOWS flips it
- *                                      to PyTorch's "True = may attend");
+ *       mask[b,h,i,j] != 0           (nonzero = forbidden, as
+ *                                      docs/SEMANTICS.md explains;
+ *                                      SDPA_FLAG_MASK_NONZERO_ALLOWS flips
+ *                                      it to PyTorch's "True = may
+ *                                      attend");
  *       causal TOP_LEFT     and j > i;
  *       causal BOTTOM_RIGHT and j > i + (L_b - Tq);
  *       bias[b,h,i,j] == -inf.

@@ -193,8 +193,9 @@ static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
     return false;
 }
 
-/* The textbook rule: a row with no allowed key is an error (unless the
- * context chose the zero-row convention). Found here, before any write. */
+/* The fully-masked-row rule (docs/SEMANTICS.md): a row with no allowed key
+ * is an error (unless the context chose the zero-row convention). Found
+ * here, before any write. */
 static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
 {
     bool scan = p->mask.data || p->bias.data;

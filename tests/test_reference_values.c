@@ -1,6 +1,7 @@
 /*
- * The reference values of SPEC.md, asserted to 1e-4 absolute as the textbook
- * asks, in float and in double:
+ * The reference values of docs/SEMANTICS.md (from a university textbook unit
+ * on scaled dot-product attention), asserted to 1e-4 absolute, in float and
+ * in double:
  *   - the two-token example (weights A, outputs O), with the mask
  *     M = [[0,1],[0,0]] and with SDPA_CAUSAL_TOP_LEFT (both give Am, Om);
  *   - the masked softmax of S = [[0, 2, -inf], [1, -1, 0]] at scale 1, with
@@ -66,7 +67,7 @@ static void check_all(const char *what, const tbuf *x, const double *want,
                     check_close(what, k, tget(x, a, b, c, e), want[k], tol);
 }
 
-/* The two-token example of SPEC.md. */
+/* The two-token example (docs/SEMANTICS.md, "Reference values"). */
 static const double TQ[] = {1, 0, 0, 1};
 static const double TK[] = {1, 1, 2, 0};
 static const double TV[] = {1, 0, 0, 0, 1, 0};
@@ -390,7 +391,7 @@ static void test_fully_masked_row_zero(void **state)
     sdpa_ctx_destroy(ctx);
 }
 
-/* The test reference itself must reproduce the textbook numbers too. */
+/* The test reference itself must reproduce the reference values too. */
 static void test_reference_agrees(void **state)
 {
     int dtype = *(int *)*state;

@@ -1,7 +1,8 @@
 /*
  * sdpa — the libsdpa command-line tool.
  *
- *   sdpa demo        the SPEC.md two-token example, unmasked and causal
+ *   sdpa demo        the two-token reference example of docs/SEMANTICS.md,
+ *                    unmasked and causal
  *   sdpa --version   tool, header and library versions; the row kernel
  *   sdpa --help      this list
  *
@@ -26,7 +27,8 @@ static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const struct command commands[] = {
-    {"demo", "compute the two-token example of SPEC.md and print it", cmd_demo},
+    {"demo", "compute and print the two-token example (docs/SEMANTICS.md)",
+     cmd_demo},
     {"version", "print the versions and the row kernel in use", cmd_version},
     {"help", "print this help", cmd_help},
 };
@@ -108,7 +110,7 @@ static int cmd_demo(int argc, char **argv)
         return 1;
     }
 
-    printf("libsdpa %s: the two-token example of SPEC.md\n\n",
+    printf("libsdpa %s: the two-token example of docs/SEMANTICS.md\n\n",
            sdpa_version_string());
     printf("  Q = [[1, 0], [0, 1]]   K = [[1, 1], [2, 0]]   "
            "V = [[1, 0, 0], [0, 1, 0]]\n");

@@ -1,9 +1,10 @@
 /*
  * A downstream program: it sees only the installed sdpa.h and libsdpa, and
  * is built three ways by tests/downstream (pkg-config shared, pkg-config
- * static, CMake find_package). It runs the two-token example of SPEC.md,
- * unmasked and causal, in float32 and float64, checks every number to 1e-4,
- * and checks that header, library and (if given) package versions agree.
+ * static, CMake find_package). It runs the two-token example of
+ * docs/SEMANTICS.md ("Reference values"), unmasked and causal, in float32
+ * and float64, checks every number to 1e-4, and checks that header, library
+ * and (if given) package versions agree.
  *
  *   attention_check              run the checks; exit 0 when all pass
  *   attention_check --version    print "header X runtime Y number N"
