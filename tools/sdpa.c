@@ -4,6 +4,7 @@
  *   sdpa demo        the two-token reference example of docs/SEMANTICS.md,
  *                    unmasked and causal
  *   sdpa --version   tool, header and library versions; the row kernel
+ *                    (AUTO's pick, or what SDPA_KERNEL forces)
  *   sdpa --help      this list
  *
  * Subcommands live in one table (`commands` below): a new one (bench, plan,
@@ -12,6 +13,7 @@
 #include <sdpa.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef int (*command_fn)(int argc, char **argv);
@@ -146,17 +148,28 @@ static int cmd_version(int argc, char **argv)
     printf("sdpa %s\n", SDPA_VERSION_STRING);
     printf("header  %s (%d)\n", SDPA_VERSION_STRING, SDPA_VERSION_NUMBER);
     printf("library %s (%u)\n", sdpa_version_string(), sdpa_version_number());
-    /* What SDPA_KERNEL_AUTO picks on this machine: worth a line in a bug
+    /* The row kernel a new context runs here — what AUTO picks, or what the
+     * SDPA_KERNEL environment variable forces: worth a line in a bug
      * report, as speed and the last bits of results depend on it. */
+    const char *forced = getenv("SDPA_KERNEL");
     sdpa_ctx *ctx = NULL;
     int64_t kernel = -1;
-    if (sdpa_ctx_create(&ctx) == SDPA_OK &&
-        sdpa_ctx_get_int(ctx, SDPA_OPT_KERNEL, &kernel) == SDPA_OK)
-        printf("row kernel %s\n", kernel == SDPA_KERNEL_AVX512     ? "avx512"
-                                  : kernel == SDPA_KERNEL_AVX2     ? "avx2"
-                                  : kernel == SDPA_KERNEL_PORTABLE ? "portable"
-                                                                   : "other");
+    int status = sdpa_ctx_create(&ctx);
+    if (status == SDPA_OK)
+        status = sdpa_ctx_get_int(ctx, SDPA_OPT_KERNEL, &kernel);
     sdpa_ctx_destroy(ctx);
+    if (status != SDPA_OK) {
+        printf("row kernel: none, SDPA_KERNEL=%s is refused: %s\n",
+               forced ? forced : "", sdpa_status_string(status));
+        return 1;
+    }
+    printf("row kernel %s", kernel == SDPA_KERNEL_AVX512     ? "avx512"
+                            : kernel == SDPA_KERNEL_AVX2     ? "avx2"
+                            : kernel == SDPA_KERNEL_PORTABLE ? "portable"
+                                                             : "other");
+    if (forced && *forced)
+        printf(" (SDPA_KERNEL=%s)", forced);
+    printf("\n");
     return 0;
 }
 
