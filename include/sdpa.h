@@ -105,8 +105,10 @@ enum {
                                        output that overlaps itself */
     SDPA_ERR_OVERLAP = 8,           /* outputs overlap each other or an input */
     SDPA_ERR_OVERFLOW = 9,          /* an extent overflows size_t or BLAS int */
-    SDPA_ERR_BAD_SCALE = 10,        /* scale negative, NaN or infinite */
-    SDPA_ERR_BAD_SOFTCAP = 11,      /* soft-cap negative, NaN or infinite */
+    SDPA_ERR_BAD_SCALE = 10,        /* scale negative, NaN or infinite, or
+                                       above FLT_MAX in a float32 call */
+    SDPA_ERR_BAD_SOFTCAP = 11,      /* soft-cap negative, NaN or infinite,
+                                       or above FLT_MAX in float32 */
     SDPA_ERR_HEAD_GROUPING = 12,    /* Hq is not a multiple of Hkv */
     SDPA_ERR_BAD_KV_LEN = 13,       /* kv_lens[b] outside [0, Tk] */
     SDPA_ERR_BAD_CAUSAL = 14,       /* causal is not an SDPA_CAUSAL_* value */

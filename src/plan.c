@@ -51,6 +51,28 @@
 #define DECODE_MIN_CHUNK 16
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+/* a · b for non-negative a, b; false when it does not fit int64_t. Every
+ * product of extents below goes through here: validation bounds the
+ * extents BLAS sees by INT_MAX, but N, Hq and Hkv only by the span of
+ * their tensors, which stride 0 makes unlimited. */
+static bool mul64(int64_t a, int64_t b, int64_t *r)
+{
+    if (a != 0 && b > INT64_MAX / a)
+        return false;
+    *r = a * b;
+    return true;
+}
+
+/* Extents of one region as a size_t count; false on overflow. */
+static bool count_of(int64_t a, int64_t b, size_t *r)
+{
+    int64_t c;
+    if (!mul64(a, b, &c))
+        return false;
+    *r = (size_t)c;
+    return true;
+}
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static int64_t materialised_block_q(const sdpa_ctx *ctx, const sdpa_problem *p,
@@ -194,6 +216,10 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
     const bool blas_parallel = sdpa_blas_threads() > 1;
     bool ok = true;
 
+    /* The extents below are at most INT_MAX (validation: BLAS rows and
+     * lengths), the block sizes at most 2^20: their sums and roundings
+     * cannot overflow. Products with N, Hq, Hkv or the GQA group can. */
+    size_t q_count = 0, s_count = 0, o_count = 0;
     switch (path) {
     case SDPA_PATH_MATERIALISED: {
         int64_t score_ld = round_up(p->len_k, per_line);
@@ -201,50 +227,68 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
         plan->score_ld = (size_t)score_ld;
         plan->rows = plan->block_q;
-        plan->work_items = n * p->heads_q * plan->q_blocks;
         /* region s: the scores (unless they live in the caller's weights);
          * region m: the 1/sum of each row */
         ok = score_ld <= INT_MAX &&
-             lay_out(plan, p, 0, (size_t)plan->block_q * (size_t)score_ld,
-                     0, (size_t)plan->block_q, (size_t)p->len_k);
+             mul64(n, p->heads_q, &plan->work_items) &&
+             mul64(plan->work_items, plan->q_blocks, &plan->work_items) &&
+             count_of(plan->block_q, score_ld, &s_count) &&
+             lay_out(plan, p, 0, s_count, 0, (size_t)plan->block_q,
+                     (size_t)p->len_k);
         break;
     }
     case SDPA_PATH_TILED:
         /* block_q query rows of each of the group's g heads: rows = g·block_q
-         * stacked rows (gathered from q when g > 1) */
+         * stacked rows (gathered from q when g > 1), one gemm's M */
         tiled_blocks(ctx, p, blas_parallel, &plan->block_q, &plan->block_k);
         plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
-        plan->rows = plan->block_q * p->group;
-        plan->work_items = n * p->heads_kv * plan->q_blocks;
-        ok = lay_out(plan, p, p->group > 1 ? (size_t)(plan->rows * dk) : 0,
-                     (size_t)plan->rows * plan->score_ld,
-                     (size_t)(plan->rows * dv), (size_t)plan->rows,
+        ok = mul64(plan->block_q, p->group, &plan->rows) &&
+             plan->rows <= INT_MAX &&
+             mul64(n, p->heads_kv, &plan->work_items) &&
+             mul64(plan->work_items, plan->q_blocks, &plan->work_items) &&
+             count_of(p->group > 1 ? plan->rows : 0, dk, &q_count) &&
+             count_of(plan->rows, (int64_t)plan->score_ld, &s_count) &&
+             count_of(plan->rows, dv, &o_count) &&
+             lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
                      (size_t)plan->block_k);
         break;
     case SDPA_PATH_DECODE:
-    default:
-        plan->rows = p->group * p->len_q;
+    default: {
+        /* every query row of a GQA group, stacked: one gemm's M */
+        int64_t partial_rows;
+        ok = mul64(p->group, p->len_q, &plan->rows) &&
+             plan->rows <= INT_MAX;
+        if (!ok)
+            break;
         plan->chunk_len =
             min64(opt_k ? opt_k : decode_chunk(p, plan->rows, blas_parallel),
                   p->len_k);
         plan->block_k = plan->chunk_len;
         plan->chunks = (p->len_k + plan->chunk_len - 1) / plan->chunk_len;
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
-        plan->work_items = n * p->heads_kv * plan->chunks;
-        plan->merge_items = n * p->heads_kv;
-        ok = lay_out(plan, p, (size_t)(plan->rows * dk),
-                     (size_t)plan->rows * plan->score_ld,
-                     (size_t)(plan->rows * dv), (size_t)plan->rows,
+        ok = mul64(n, p->heads_kv, &plan->merge_items) &&
+             mul64(plan->merge_items, plan->chunks, &plan->work_items) &&
+             count_of(plan->rows, dk, &q_count) &&
+             count_of(plan->rows, (int64_t)plan->score_ld, &s_count) &&
+             count_of(plan->rows, dv, &o_count) &&
+             lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
                      (size_t)plan->block_k) &&
-             sdpa_mul_size((size_t)(plan->work_items * plan->rows),
+             /* the partial results: rows · (Dv + 2) values per chunk */
+             mul64(plan->work_items, plan->rows, &partial_rows) &&
+             sdpa_mul_size((size_t)partial_rows,
                            (size_t)(dv + 2) * p->elem_size,
                            &plan->shared_bytes);
         break;
     }
+    }
     if (!ok)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: the scratch size overflows");
+                         "sdpa_forward: the work of this call (N · heads · "
+                         "blocks, or the stacked rows of a GQA group, %lld "
+                         "query heads per KV head) overflows a size or the "
+                         "BLAS int",
+                         (long long)p->group);
     int64_t threads = ctx->options[SDPA_OPT_NUM_THREADS];
     plan->threads = (int)min64(threads, plan->work_items);
     /* Workers whose gemms the BLAS threads would queue on its lock: let the

@@ -5,6 +5,7 @@
  */
 #include "internal.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -198,25 +199,42 @@ static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
  * here, before any write. */
 static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
 {
+    /* Only the dimensions along which a row's allowed keys can change are
+     * walked, so the check costs what the mask and bias hold (a shape of
+     * stride-0 broadcasts can be huge): items when kv_lens or a mask/bias
+     * differs per item; heads when a mask/bias differs per head; rows when
+     * causality or a mask/bias differs per row. Rows see more keys further
+     * down (the causal limits never decrease), so without mask or bias row
+     * 0 stands for all. */
     bool scan = p->mask.data || p->bias.data;
-    bool per_head = (p->mask.data && p->mask.stride[1] != 0) ||
-                    (p->bias.data && p->bias.stride[1] != 0);
-    int64_t heads = scan && per_head ? p->heads_q : 1;
-    for (int64_t b = 0; b < p->batch; b++)
+    bool varies[3] = {p->kv_lens != NULL, false,
+                      scan && p->causal != SDPA_CAUSAL_NONE};
+    for (int d = 0; d < 3; d++) {
+        varies[d] |= p->mask.data && p->mask.stride[d] != 0;
+        varies[d] |= p->bias.data && p->bias.stride[d] != 0;
+    }
+    int64_t items = varies[0] ? p->batch : 1;
+    int64_t heads = varies[1] ? p->heads_q : 1;
+    int64_t rows = varies[2] ? p->len_q : 1;
+    for (int64_t b = 0; b < items; b++)
         for (int64_t h = 0; h < heads; h++)
-            for (int64_t i = 0; i < p->len_q; i++) {
+            for (int64_t i = 0; i < rows; i++) {
                 int64_t limit = sdpa_key_limit(p, b, i);
                 if (limit > 0 &&
                     (!scan || row_has_allowed_key(p, b, h, i, limit)))
                     continue;
                 return sdpa_fail(
                     ctx, SDPA_ERR_FULLY_MASKED_ROW,
-                    "sdpa_forward: batch %lld, head %lld%s, query row %lld "
-                    "has no allowed key (%s); set SDPA_OPT_EMPTY_ROWS to "
-                    "SDPA_EMPTY_ROWS_ZERO to get a zero row instead",
-                    (long long)b, (long long)h,
+                    "sdpa_forward: batch %lld%s, head %lld%s, query row "
+                    "%lld%s has no allowed key (%s); set SDPA_OPT_EMPTY_ROWS "
+                    "to SDPA_EMPTY_ROWS_ZERO to get a zero row instead",
+                    (long long)b,
+                    items == 1 && p->batch > 1 ? " (and every item)" : "",
+                    (long long)h,
                     heads == 1 && p->heads_q > 1 ? " (and every head)" : "",
                     (long long)i,
+                    rows == 1 && p->len_q > 1 && scan ? " (and every row)"
+                                                      : "",
                     limit <= 0 ? "key length and causal mask exclude all"
                                : "mask/bias forbid every key");
             }
@@ -266,6 +284,19 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
                          "sdpa_forward: softcap %g must be finite and "
                          "positive (0 turns it off)",
                          args->softcap);
+    /* The kernels compute in the dtype: a float32 call rounds scale and
+     * soft-cap to float, where a value above FLT_MAX would be infinite and
+     * every logit NaN or infinite. */
+    if (args->dtype == SDPA_FLOAT32 && args->scale > FLT_MAX)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
+                         "sdpa_forward: scale %g is beyond the float32 range "
+                         "(FLT_MAX = %g) of this float32 call",
+                         args->scale, (double)FLT_MAX);
+    if (args->dtype == SDPA_FLOAT32 && args->softcap > FLT_MAX)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
+                         "sdpa_forward: softcap %g is beyond the float32 "
+                         "range (FLT_MAX = %g) of this float32 call",
+                         args->softcap, (double)FLT_MAX);
 
     memset(p, 0, sizeof *p);
     p->dtype = args->dtype;

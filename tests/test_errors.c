@@ -569,6 +569,69 @@ static void test_overflow(void **state)
              f->a.out.stride[1] = BIG * DV; f->a.out.stride[0] = BIG * DV * HQ);
 }
 
+/* A view of shape {n, h, t, d} at a made-up address, never dereferenced:
+ * the calls below must refuse before touching memory. */
+static sdpa_tensor fake_view(uintptr_t at, int64_t n, int64_t h, int64_t t,
+                             int64_t d, int64_t sn, int64_t sh, int64_t st)
+{
+    sdpa_tensor x = {(void *)at, {n, h, t, d}, {sn, sh, st, 1}};
+    return x;
+}
+
+/* Shapes that pass validation (stride-0 inputs, huge N or heads) but whose
+ * work or scratch does not fit: sdpa_forward_workspace and sdpa_forward
+ * report SDPA_ERR_OVERFLOW (the plan once wrapped around, undefined
+ * behaviour that UBSan reports, giving "0 bytes" or a wrong size). */
+static void test_work_overflow(void **state)
+{
+    fx *f = *state;
+    const int64_t P29 = (int64_t)1 << 29, P30 = (int64_t)1 << 30;
+    const int64_t P33 = (int64_t)1 << 33, P40 = (int64_t)1 << 40;
+    const uintptr_t in = (uintptr_t)1 << 40, outp = (uintptr_t)1 << 62;
+    struct {
+        const char *what;
+        int64_t n, hq, hkv, tk, dk, block_k;
+        int path;
+    } cases[] = {
+        /* tiled: 2^40 query heads per KV head stacked into one gemm */
+        {"GQA group 2^40, Dk 2^30", 1, P40, 1, 64, P30, 0, SDPA_PATH_AUTO},
+        /* decode: N · Hkv · chunks = 2^29 · 2^29 · 2^11 work items */
+        {"decode N = H = 2^29", P29, P29, P29, (int64_t)1 << 20, 1, 0,
+         SDPA_PATH_AUTO},
+        /* forced decode, 1-key chunks: 2^33 · (2^31 − 1) work items */
+        {"decode H 2^33, 1-key chunks", 1, P33, P33, INT32_MAX, 1, 1,
+         SDPA_PATH_DECODE},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+        a.dtype = f->a.dtype;
+        int64_t n = cases[c].n, hq = cases[c].hq, hkv = cases[c].hkv;
+        int64_t tk = cases[c].tk, dk = cases[c].dk;
+        a.q = fake_view(in, n, hq, 1, dk, 0, 0, 0);
+        a.k = fake_view(in, n, hkv, tk, dk, 0, 0, dk);
+        a.v = fake_view(in, n, hkv, tk, 1, 0, 0, 1);
+        a.out = fake_view(outp, n, hq, 1, 1, hq, 1, 1);
+        assert_int_equal(
+            sdpa_ctx_set_int(f->ctx, SDPA_OPT_BLOCK_K, cases[c].block_k),
+            SDPA_OK);
+        assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, cases[c].path),
+                         SDPA_OK);
+        size_t bytes = 12345;
+        int ws = sdpa_forward_workspace(f->ctx, &a, &bytes);
+        if (ws != SDPA_ERR_OVERFLOW)
+            print_error("%s: workspace gave %d (%s), %zu bytes\n",
+                        cases[c].what, ws, sdpa_ctx_last_error(f->ctx), bytes);
+        assert_int_equal(ws, SDPA_ERR_OVERFLOW);
+        assert_int_equal(bytes, 12345);
+        check_message_any(sdpa_ctx_last_error(f->ctx), cases[c].what,
+                          NEEDLES("overflow"));
+        assert_int_equal(sdpa_forward(f->ctx, &a), SDPA_ERR_OVERFLOW);
+    }
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_BLOCK_K, 0), SDPA_OK);
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, SDPA_PATH_AUTO),
+                     SDPA_OK);
+}
+
 static void test_bad_scale(void **state)
 {
     fx *f = *state;
@@ -579,6 +642,9 @@ static void test_bad_scale(void **state)
     CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = -1e-300);
     CASE(SDPA_OK, NULL, f->a.scale = 1.0);
     CASE(SDPA_OK, NULL, f->a.scale = 1e-300);
+    /* Finite doubles beyond the compute type: float32 cannot hold them. */
+    CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_SCALE : SDPA_OK,
+         NEEDLES("scale", "float32"), f->a.scale = 1e39);
 }
 
 static void test_bad_softcap(void **state)
@@ -589,6 +655,9 @@ static void test_bad_softcap(void **state)
     CASE(SDPA_ERR_BAD_SOFTCAP, NEEDLES("cap"), f->a.softcap = INFINITY);
     CASE(SDPA_ERR_BAD_SOFTCAP, NEEDLES("cap"), f->a.softcap = -INFINITY);
     CASE(SDPA_OK, NULL, f->a.softcap = 30.0);
+    CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_SOFTCAP : SDPA_OK,
+         NEEDLES("softcap", "float32"), f->a.softcap = 1e300);
+    CASE(SDPA_OK, NULL, f->a.softcap = FLT_MAX);
 }
 
 static void test_head_grouping(void **state)
@@ -1063,6 +1132,7 @@ int main(void)
         BOTH(test_bad_stride),
         BOTH(test_overlap),
         BOTH(test_overflow),
+        BOTH(test_work_overflow),
         BOTH(test_bad_scale),
         BOTH(test_bad_softcap),
         BOTH(test_head_grouping),
