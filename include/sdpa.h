@@ -31,7 +31,14 @@
  *     (the message names batch item, head and row), unless the context option
  *     SDPA_OPT_EMPTY_ROWS is SDPA_EMPTY_ROWS_ZERO: then out row = 0, weights
  *     row = 0 and lse = -inf (the ONNX / PyTorch / FlashAttention convention).
- *  5. K and V rows j >= L_b are never read: padding may hold anything.
+ *  5. K and V rows that no query row may see are never read, so padding
+ *     may hold anything (garbage, NaN): rows j >= L_b, and every key that
+ *     the mask, causality or a -inf bias forbids for all query rows of
+ *     every head of a batch item's GQA group (a left-padding mask is the
+ *     everyday case). A key forbidden for some rows but allowed for others
+ *     is read; its V row is multiplied by a weight of exactly 0 for the
+ *     rows that do not see it, so a NaN or infinity there can still turn
+ *     those rows' outputs to NaN: keep V finite where any row may look.
  *  6. mask and bias broadcast over every dimension, keys included: a
  *     dimension of extent 1, or of stride 0, is broadcast. They are never
  *     BLAS operands, so any non-negative stride is accepted on every

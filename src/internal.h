@@ -161,6 +161,27 @@ static inline const void *sdpa_bias_keys(const sdpa_problem *p, int64_t b,
     return buf;
 }
 
+/* A set of query rows that read the same KV head, and a range of keys:
+ * a work item's slice. Stacked row r is query row row_first + r / heads of
+ * query head head_first + r % heads: rows first, so that the rows' causal
+ * key limits never decrease down the stack. */
+typedef struct sdpa_row_block {
+    int64_t batch, head_kv;
+    int64_t head_first, heads; /* query heads head_first .. + heads - 1 */
+    int64_t row_first, rows;   /* query rows row_first .. + rows - 1 */
+    int64_t key_begin, key_end;
+} sdpa_row_block;
+
+/* live[j - kb] = 1 for each key j of [kb, kb + bk) that some row of the
+ * block may see (below its key limit, not forbidden by the mask, no −inf
+ * bias), else 0; returns how many are live (live_keys.c). */
+int64_t sdpa_live_keys(const sdpa_problem *p, const sdpa_row_block *blk,
+                       int64_t kb, int64_t bk, uint8_t *live);
+/* The first run of live keys at or after `from`: returns its start (bk
+ * when there is none) and sets *run_end past its last key. */
+int64_t sdpa_next_run(const uint8_t *live, int64_t from, int64_t bk,
+                      int64_t *run_end);
+
 /* The plan of one call: which path, how the work is split, what scratch
  * each worker needs. */
 typedef struct sdpa_plan {
@@ -178,6 +199,7 @@ typedef struct sdpa_plan {
     /* byte offsets of the regions of one worker's scratch (tiled/decode) */
     size_t off_q, off_s, off_o, off_m, off_l, off_a;
     size_t off_mask, off_bias; /* a row's gathered mask / bias keys */
+    size_t off_live;           /* which keys of a block some row may see */
     size_t worker_bytes; /* scratch per worker */
     size_t shared_bytes; /* decode: partial results of every chunk */
     void *shared;        /* set at execution: the shared buffer */
@@ -186,8 +208,8 @@ typedef struct sdpa_plan {
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem,
                    sdpa_plan *plan);
 
-/* Region `name` (q, s, o, m, l, a, mask, bias) of a worker's scratch, as a
- * T*. */
+/* Region `name` (q, s, o, m, l, a, mask, bias, live) of a worker's
+ * scratch, as a T*. */
 #define SDPA_REGION(T, plan, scratch, name)                                    \
     ((T *)(void *)((char *)(scratch) + (plan)->off_##name))
 

@@ -22,16 +22,8 @@
 
 #include "internal.h"
 
-typedef struct sdpa_row_block {
-    int64_t batch, head_kv;
-    int64_t head_first, heads; /* query heads head_first .. + heads - 1 */
-    int64_t row_first, rows;   /* query rows row_first .. + rows - 1 */
-    int64_t key_begin, key_end;
-} sdpa_row_block;
-
-/* Stacked row r of a block is query row row_first + r / heads of query head
- * head_first + r % heads: rows first, so that the rows' causal key limits
- * never decrease down the stack. */
+/* The row block, sdpa_row_block, is declared in internal.h (live_keys.c
+ * reads it too). */
 
 #define SDPA_DECLARE_ONLINE(T, SUF)                                            \
     int sdpa_online_softmax_##SUF(const sdpa_problem *p,                       \

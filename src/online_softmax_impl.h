@@ -13,27 +13,6 @@ static void NAME(gather_queries)(const sdpa_problem *p,
         }
 }
 
-/* Does the mask forbid every key of [kb, kb + bk) that any row may see? */
-static bool NAME(mask_tile_closed)(const sdpa_problem *p,
-                                   const sdpa_row_block *blk,
-                                   const int64_t *limit, int64_t kb,
-                                   int64_t bk)
-{
-    int64_t n = blk->heads * blk->rows;
-    for (int64_t r = 0; r < n; r++) {
-        int64_t h = blk->head_first + r % blk->heads;
-        int64_t i = blk->row_first + r / blk->heads;
-        int64_t end = limit[r] < kb + bk ? limit[r] : kb + bk;
-        const uint8_t *mask =
-            (const uint8_t *)sdpa_at(&p->mask, 1, blk->batch, h, i);
-        const int64_t step = p->mask.stride[3];
-        for (int64_t j = kb; j < end; j++)
-            if ((mask[j * step] != 0) == p->mask_nonzero_allows)
-                return false;
-    }
-    return true;
-}
-
 int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                               int kernel, void *scratch,
                               const sdpa_row_block *blk, sdpa_where *where)
@@ -81,25 +60,52 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
     const T *v = AT(&p->v, blk->batch, blk->head_kv, 0);
     const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
     const int64_t v_ld = sdpa_row_stride(&p->v, dv);
+    const bool filtered = p->mask.data || p->bias.data;
+    uint8_t *live = SDPA_REGION(uint8_t, plan, scratch, live);
     for (int64_t kb = blk->key_begin; kb < key_end; kb += plan->block_k) {
         int64_t bk = key_end - kb < plan->block_k ? key_end - kb
                                                   : plan->block_k;
-        if (p->mask.data && NAME(mask_tile_closed)(p, blk, limit, kb, bk))
-            continue; /* nothing to see here: skip both products */
+        /* Keys no row may see (a mask, a −inf bias) are never read: both
+         * products run over the runs of live keys (live_keys.c). */
+        int64_t live_count = bk;
+        if (filtered) {
+            live_count = sdpa_live_keys(p, blk, kb, bk, live);
+            if (live_count == 0)
+                continue; /* nothing to see here: skip both products */
+        }
         while (active < n && limit[active] <= kb)
             active++;
         const int64_t m_rows = n - active;
         T *s_rows = s + active * ld, *acc_rows = acc + active * dv;
 
-        if (m_rows <= GEMV_MAX_ROWS)
-            for (int64_t r = 0; r < m_rows; r++)
-                GEMV(CblasRowMajor, CblasNoTrans, (int)bk, (int)p->dim_k,
-                     (T)p->scale, k + kb * k_ld, (int)k_ld,
-                     q + (active + r) * q_ld, 1, (T)0, s_rows + r * ld, 1);
-        else
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m_rows,
-                 (int)bk, (int)p->dim_k, (T)p->scale, q + active * q_ld,
-                 (int)q_ld, k + kb * k_ld, (int)k_ld, (T)0, s_rows, (int)ld);
+        for (int64_t j0 = 0, j1; j0 < bk; j0 = j1) {
+            if (live_count < bk) {
+                j0 = sdpa_next_run(live, j0, bk, &j1);
+                if (j0 == bk)
+                    break;
+            } else {
+                j1 = bk;
+            }
+            const T *k_run = k + (kb + j0) * k_ld;
+            if (m_rows <= GEMV_MAX_ROWS)
+                for (int64_t r = 0; r < m_rows; r++)
+                    GEMV(CblasRowMajor, CblasNoTrans, (int)(j1 - j0),
+                         (int)p->dim_k, (T)p->scale, k_run, (int)k_ld,
+                         q + (active + r) * q_ld, 1, (T)0,
+                         s_rows + r * ld + j0, 1);
+            else
+                GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m_rows,
+                     (int)(j1 - j0), (int)p->dim_k, (T)p->scale,
+                     q + active * q_ld, (int)q_ld, k_run, (int)k_ld, (T)0,
+                     s_rows + j0, (int)ld);
+        }
+        /* The scores of dead keys were not computed: any finite value does,
+         * as the mask or bias forbids them in every row. */
+        if (live_count < bk)
+            for (int64_t r = active; r < n; r++)
+                for (int64_t j = 0; j < bk; j++)
+                    if (!live[j])
+                        s[r * ld + j] = 0;
 
         for (int64_t r = active; r < n; r++) {
             int64_t h = blk->head_first + r % blk->heads;
@@ -151,9 +157,18 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                 x[j] = 0;
         }
 
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows, (int)dv,
-             (int)bk, (T)1, s_rows, (int)ld, v + kb * v_ld, (int)v_ld, (T)1,
-             acc_rows, (int)dv);
+        for (int64_t j0 = 0, j1; j0 < bk; j0 = j1) {
+            if (live_count < bk) {
+                j0 = sdpa_next_run(live, j0, bk, &j1);
+                if (j0 == bk)
+                    break;
+            } else {
+                j1 = bk;
+            }
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows,
+                 (int)dv, (int)(j1 - j0), (T)1, s_rows + j0, (int)ld,
+                 v + (kb + j0) * v_ld, (int)v_ld, (T)1, acc_rows, (int)dv);
+        }
     }
     return SDPA_OK;
 }

@@ -43,12 +43,38 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
     T *out = AT(&p->out, b, h, i0);
     int64_t out_ld = sdpa_row_stride(&p->out, p->dim_v);
 
-    if (ncols > 0) {
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)ncols,
-             (int)p->dim_k, (T)p->scale, AT(&p->q, b, h, i0),
-             (int)sdpa_row_stride(&p->q, p->dim_k),
-             AT(&p->k, b, hk, 0), (int)sdpa_row_stride(&p->k, p->dim_k),
-             (T)0, s, (int)ld);
+    /* Keys no row of the block may see (a mask, a −inf bias) are never
+     * read: both products run over the runs of live keys (live_keys.c). */
+    uint8_t *live = SDPA_REGION(uint8_t, plan, scratch, live);
+    int64_t live_count = ncols;
+    if (ncols > 0 && (p->mask.data || p->bias.data)) {
+        sdpa_row_block blk = {b, hk, h, 1, i0, rows, 0, ncols};
+        live_count = sdpa_live_keys(p, &blk, 0, ncols, live);
+    }
+    const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
+    const int64_t v_ld = sdpa_row_stride(&p->v, p->dim_v);
+    /* Dead keys' scores are not computed: any finite value does, as the
+     * mask or bias forbids them in every row. */
+    if (live_count < ncols)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < ncols; j++)
+                if (!live[j])
+                    s[r * ld + j] = 0;
+    if (live_count > 0) {
+        for (int64_t j0 = 0, j1; j0 < ncols; j0 = j1) {
+            if (live_count < ncols) {
+                j0 = sdpa_next_run(live, j0, ncols, &j1);
+                if (j0 == ncols)
+                    break;
+            } else {
+                j1 = ncols;
+            }
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows,
+                 (int)(j1 - j0), (int)p->dim_k, (T)p->scale,
+                 AT(&p->q, b, h, i0), (int)sdpa_row_stride(&p->q, p->dim_k),
+                 AT(&p->k, b, hk, j0), (int)k_ld, (T)0, s + j0,
+                 (int)ld);
+        }
         if (p->softcap > 0)
             for (int64_t r = 0; r < rows; r++)
                 rk->softcap(s + r * ld, ncols, (T)p->softcap);
@@ -111,14 +137,25 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
             *AT(&p->lse, b, h, i) = lse;
     }
 
-    if (ncols > 0)
+    /* O = Σ over runs of P[:, run] V[run]: the first run sets O, the
+     * others add to it. */
+    T beta = 0;
+    for (int64_t j0 = 0, j1; live_count > 0 && j0 < ncols; j0 = j1) {
+        if (live_count < ncols) {
+            j0 = sdpa_next_run(live, j0, ncols, &j1);
+            if (j0 == ncols)
+                break;
+        } else {
+            j1 = ncols;
+        }
         GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
-             (int)p->dim_v, (int)ncols, (T)1, s, (int)ld,
-             AT(&p->v, b, hk, 0), (int)sdpa_row_stride(&p->v, p->dim_v),
-             (T)0, out, (int)out_ld);
+             (int)p->dim_v, (int)(j1 - j0), (T)1, s + j0, (int)ld,
+             AT(&p->v, b, hk, j0), (int)v_ld, beta, out, (int)out_ld);
+        beta = 1;
+    }
     for (int64_t r = 0; r < rows; r++) {
         T *o = out + r * out_ld;
-        if (ncols == 0 || inv_sum[r] == 0)
+        if (live_count == 0 || inv_sum[r] == 0)
             for (int64_t d = 0; d < p->dim_v; d++)
                 o[d] = 0; /* an empty row, without reading P or V */
         else if (inv_sum[r] != 1)

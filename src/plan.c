@@ -93,20 +93,24 @@ static int64_t materialised_block_q(const sdpa_ctx *ctx, const sdpa_problem *p,
 /* Lays out one worker's regions, 64-byte aligned, in plan->off_*; false on
  * overflow. Sizes are in elements; `keys` is the longest run of keys one row
  * is given to the row kernels at once, for which a mask or bias whose key
- * stride is not 1 is gathered (regions mask and bias). */
+ * stride is not 1 is gathered (regions mask and bias) and, with a mask or
+ * bias, which keys some row may see is noted (region live). */
 static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q,
                     size_t s, size_t o, size_t rows, size_t keys)
 {
-    enum { REGIONS = 8 };
+    enum { REGIONS = 9 };
     const size_t es = p->elem_size;
     const size_t counts[REGIONS] = {
         q, s, o, rows, rows, rows,
         p->mask.data && p->mask.stride[3] != 1 ? keys : 0,
-        p->bias.data && p->bias.stride[3] != 1 ? keys : 0};
-    const size_t sizes[REGIONS] = {es, es, es, es, es, sizeof(int64_t), 1, es};
+        p->bias.data && p->bias.stride[3] != 1 ? keys : 0,
+        p->mask.data || p->bias.data ? keys : 0};
+    const size_t sizes[REGIONS] = {es, es, es, es, es, sizeof(int64_t),
+                                   1,  es, 1};
     size_t *offsets[REGIONS] = {&plan->off_q,    &plan->off_s, &plan->off_o,
                                 &plan->off_m,    &plan->off_l, &plan->off_a,
-                                &plan->off_mask, &plan->off_bias};
+                                &plan->off_mask, &plan->off_bias,
+                                &plan->off_live};
     size_t at = 0;
     for (int i = 0; i < REGIONS; i++) {
         size_t bytes;

@@ -460,6 +460,101 @@ static void test_nan_beyond_kv_lens(void **state)
     }
 }
 
+/* ---- keys that no row may see are never read ---------------------------- */
+
+/* out (and lse) finite and within a loose bound of the reference, whose
+ * naive loop skips forbidden keys and so never reads their K / V rows. */
+static void check_out_close(sdpa_ctx *ctx, prob *p, int kernel, int path,
+                            void *user)
+{
+    nan_ctx *n = user;
+    int64_t block_k = -1;
+    assert_int_equal(sdpa_ctx_get_int(ctx, SDPA_OPT_BLOCK_K, &block_k),
+                     SDPA_OK);
+    const double tol = p->dtype == SDPA_FLOAT32 ? 1e-4 : 1e-10;
+    for (int64_t b = 0; b < p->N; ++b)
+        for (int64_t h = 0; h < p->Hq; ++h)
+            for (int64_t i = 0; i < p->Tq; ++i) {
+                size_t row = (size_t)((b * p->Hq + h) * p->Tq + i);
+                for (int64_t d = 0; d < p->Dv; ++d) {
+                    double x = tget(&p->out, b, h, i, d);
+                    double ref = (double)n->r->out[row * (size_t)p->Dv + (size_t)d];
+                    if (!(isfinite(x) && fabs(x - ref) <= tol))
+                        print_error("kernel %d path %d block_k %lld out[%lld,"
+                                    "%lld,%lld,%lld] = %g (ref %g)\n",
+                                    kernel, path, (long long)block_k,
+                                    (long long)b, (long long)h, (long long)i,
+                                    (long long)d, x, ref);
+                    assert_true(isfinite(x) && fabs(x - ref) <= tol);
+                }
+                if (p->lse.mem) {
+                    double x = tget(&p->lse, b, h, i, 0);
+                    assert_true(isfinite(x) &&
+                                fabs(x - (double)n->r->lse[row]) <= tol);
+                }
+            }
+}
+
+/* A key that a mask, causality or a -inf bias forbids for every query row
+ * of a batch item (left padding is the everyday case) is never read: NaN in
+ * its K and V rows must not reach the output (0 · NaN in P·V would). */
+static void test_nan_behind_forbidden_keys(void **state)
+{
+    const int dtype = *(int *)*state;
+    /* 0: N = H = 1, Tq = Tk = 6, D = 4, key 2 masked in every row;
+     * 1: left padding by a mask (3, 0 and 9 keys) and a masked key 20, GQA,
+     *    causal bottom-right;
+     * 2: the same keys forbidden by a -inf bias (shared by the items). */
+    for (int variant = 0; variant < 3; ++variant) {
+        prob p;
+        prob_opts o = {variant < 2, variant == 2, 0,
+                       variant ? SDPA_CAUSAL_BOTTOM_RIGHT : SDPA_CAUSAL_NONE,
+                       0, 0, 1};
+        if (variant == 0)
+            prob_make(&p, dtype, 7, 1, 1, 1, 6, 6, 4, 4, &o, NULL);
+        else
+            prob_make(&p, dtype, 8, 3, 4, 2, 5, 40, 8, 6, &o, NULL);
+        const int64_t pads[3] = {3, 0, 9};
+        for (int64_t b = 0; b < p.N; ++b) {
+            int64_t pad = variant == 0 ? 0 : variant == 1 ? pads[b] : 3;
+            int64_t middle = variant == 0 ? 2 : 20;
+            for (int64_t j = 0; j < p.Tk; ++j) {
+                int dead = j < pad || j == middle;
+                for (int64_t h = 0; h < p.Hq; ++h)
+                    for (int64_t i = 0; i < p.Tq; ++i) {
+                        if (variant < 2)
+                            tset(&p.mask, b, h, i, j, dead ? 1 : 0);
+                        else if (b == 0)
+                            tset(&p.bias, 0, h, i, j,
+                                 dead ? -INFINITY
+                                      : tget(&p.bias, 0, h, i, j));
+                    }
+                if (!dead)
+                    continue;
+                for (int64_t h = 0; h < p.Hkv; ++h) {
+                    for (int64_t d = 0; d < p.Dk; ++d)
+                        tset(&p.k, b, h, j, d, NAN);
+                    for (int64_t d = 0; d < p.Dv; ++d)
+                        tset(&p.v, b, h, j, d, NAN);
+                }
+            }
+        }
+        ref_result r;
+        assert_int_equal(ref_forward(&p.a, &r), 0);
+        assert_false(r.any_empty);
+        nan_ctx n = {&r};
+        sdpa_ctx *ctx = new_ctx(1);
+        for (int64_t block_k = 0; block_k <= 8; block_k += 8) {
+            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, block_k),
+                             SDPA_OK);
+            assert_true(for_each_pair(ctx, &p, check_out_close, &n) >= 4);
+        }
+        sdpa_ctx_destroy(ctx);
+        ref_free(&r);
+        prob_free(&p);
+    }
+}
+
 /* ---- bitwise identical across thread counts ---------------------------- */
 
 static void test_threads_bitwise(void **state)
@@ -716,6 +811,7 @@ int main(void)
         BOTH(test_forbidden_zero_rows_sum_one),
         BOTH(test_permutation),
         BOTH(test_nan_beyond_kv_lens),
+        BOTH(test_nan_behind_forbidden_keys),
         BOTH(test_threads_bitwise),
         BOTH(test_kernels_agree),
         BOTH(test_no_alloc_after_first_call),
