@@ -107,10 +107,16 @@ enum {
     SDPA_ERR_BAD_DIM = 5,           /* a dimension is zero or negative */
     SDPA_ERR_SHAPE_MISMATCH = 6,    /* dimensions disagree between tensors */
     SDPA_ERR_BAD_STRIDE = 7,        /* negative stride, innermost stride != 1
-                                       (q, k, v, out, weights),
+                                       (q, k, v, out, weights), an output
+                                       whose sorted strides do not each
+                                       step past the smaller ones (the rule
+                                       is conservative),
                                        row stride below the row length, or an
                                        output that overlaps itself */
-    SDPA_ERR_OVERLAP = 8,           /* outputs overlap each other or an input */
+    SDPA_ERR_OVERLAP = 8,           /* the address range (first to last
+                                       element) of an output meets another
+                                       output's or an input's: conservative,
+                                       interleaved tensors count too */
     SDPA_ERR_OVERFLOW = 9,          /* an extent overflows size_t or BLAS int */
     SDPA_ERR_BAD_SCALE = 10,        /* scale negative, NaN or infinite, or
                                        above FLT_MAX in a float32 call */

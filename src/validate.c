@@ -132,9 +132,13 @@ static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
                          (long long)t->shape[D_DIM]);
     if (r->is_output && overlaps_itself(t->shape, stride))
         return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_forward: the strides of output %s make "
-                         "elements overlap",
-                         r->name);
+                         "sdpa_forward: output %s has strides {%lld, %lld, "
+                         "%lld, %lld}: sorted, each must step past all the "
+                         "smaller ones cover (the layouts libsdpa can prove "
+                         "write no element twice)",
+                         r->name, (long long)t->stride[0],
+                         (long long)t->stride[1], (long long)t->stride[2],
+                         (long long)t->stride[3]);
     size_t span;
     if (!span_elements(t, stride, &span) ||
         !sdpa_mul_size(span, r->elem_size, bytes) ||
@@ -390,7 +394,9 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
             bool a_out = ranges[a].is_output, b_out = ranges[b].is_output;
             if ((a_out || b_out) && ranges_meet(&ranges[a], &ranges[b]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
-                                 "sdpa_forward: output %s overlaps %s %s",
+                                 "sdpa_forward: output %s overlaps %s %s (the "
+                                 "address ranges from first to last element "
+                                 "must be disjoint, interleaved or not)",
                                  b_out ? ranges[b].name : ranges[a].name,
                                  a_out && b_out ? "output" : "input",
                                  b_out ? ranges[a].name : ranges[b].name);

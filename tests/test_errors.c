@@ -785,6 +785,32 @@ static void test_message_text(void **state)
     assert_string_equal(sdpa_ctx_last_error(f->ctx),
                         "sdpa_ctx_set_int: SDPA_OPT_NUM_THREADS takes values "
                         "in [1, 256], got 0");
+    /* The overlap rules are conservative and say so: an output whose
+     * elements are distinct but whose sorted strides do not step past each
+     * other, and out and lse interleaved in one buffer. */
+    double buf[32] = {0}, qkv[6] = {1, 2, 3, 4, 5, 6};
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = SDPA_FLOAT64;
+    a.q = sdpa_tensor_bhtd(qkv, 1, 2, 3, 1);
+    a.k = sdpa_tensor_bhtd(qkv, 1, 2, 3, 1);
+    a.v = sdpa_tensor_bhtd(qkv, 1, 2, 3, 1);
+    a.out = (sdpa_tensor){buf, {1, 2, 3, 1}, {16, 3, 2, 1}};
+    assert_int_equal(sdpa_forward(f->ctx, &a), SDPA_ERR_BAD_STRIDE);
+    assert_string_equal(sdpa_ctx_last_error(f->ctx),
+                        "sdpa_forward: output out has strides {16, 3, 2, 1}: "
+                        "sorted, each must step past all the smaller ones "
+                        "cover (the layouts libsdpa can prove write no "
+                        "element twice)");
+    a.out = (sdpa_tensor){buf, {1, 2, 3, 1}, {12, 6, 2, 1}};
+    a.lse = (sdpa_tensor){buf + 1, {1, 2, 3, 1}, {12, 6, 2, 1}};
+    assert_int_equal(sdpa_forward(f->ctx, &a), SDPA_ERR_OVERLAP);
+    assert_string_equal(sdpa_ctx_last_error(f->ctx),
+                        "sdpa_forward: output lse overlaps output out (the "
+                        "address ranges from first to last element must be "
+                        "disjoint, interleaved or not)");
+    a.lse = (sdpa_tensor){buf + 12, {1, 2, 3, 1}, {6, 3, 1, 1}};
+    assert_int_equal(sdpa_forward(f->ctx, &a), SDPA_OK);
+
     assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_BLOCK_K, -3),
                      SDPA_ERR_BAD_OPTION_VALUE);
     assert_string_equal(sdpa_ctx_last_error(f->ctx),
