@@ -290,7 +290,12 @@ SDPA_API int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args);
 
 /* Validate args and plan the call without computing: *bytes receives the
  * scratch the call will hold in the context (what sdpa_forward would grow it
- * to; already-held scratch counts). Nothing is allocated or written. */
+ * to; already-held scratch counts). Nothing is allocated or written.
+ *
+ * Scratch is kept between calls: a call allocates nothing after an earlier
+ * one on the same context that took the same path with the same dtype,
+ * options, optional tensors, Dk, Dv and Hq/Hkv, under the same BLAS thread
+ * count, when none of N, Hkv, Tq, Tk is larger. */
 SDPA_API int sdpa_forward_workspace(sdpa_ctx *ctx,
                                     const sdpa_forward_args *args,
                                     size_t *bytes);

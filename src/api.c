@@ -40,8 +40,10 @@ int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
     sdpa_plan plan;
     int status = prepare(ctx, args, &problem, &plan);
     if (status == SDPA_OK)
-        status = sdpa_scratch_reserve(ctx, plan.threads, plan.worker_bytes,
-                                      plan.shared_bytes);
+        status = sdpa_scratch_reserve(ctx, plan.reserve_workers,
+                                      plan.worker_bytes, plan.shared_bytes);
+    if (status == SDPA_OK)
+        status = sdpa_pool_reserve(ctx, plan.reserve_workers);
     if (status != SDPA_OK)
         return status;
     sdpa_where where = {-1, -1, -1};
@@ -75,7 +77,7 @@ int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
                                                         : plan.shared_bytes;
     for (int i = 0; i < SDPA_MAX_THREADS; i++) {
         size_t held = ctx->scratch[i].size;
-        size_t need = i < plan.threads && plan.worker_bytes > held
+        size_t need = i < plan.reserve_workers && plan.worker_bytes > held
                           ? plan.worker_bytes
                           : held;
         if (!sdpa_add_size(total, need, &total))

@@ -187,6 +187,9 @@ int64_t sdpa_next_run(const uint8_t *live, int64_t from, int64_t bk,
 typedef struct sdpa_plan {
     int path;            /* resolved SDPA_PATH_* */
     int threads;         /* workers that will run */
+    int reserve_workers; /* workers whose scratch (and threads) are held:
+                            >= threads, so that smaller calls, which may
+                            run more of them, allocate nothing */
     int64_t block_q;     /* query rows of one head per work item */
     int64_t block_k;     /* keys per block (tiled and decode paths) */
     int64_t q_blocks;    /* ceil(Tq / block_q) */
@@ -200,8 +203,11 @@ typedef struct sdpa_plan {
     size_t off_q, off_s, off_o, off_m, off_l, off_a;
     size_t off_mask, off_bias; /* a row's gathered mask / bias keys */
     size_t off_live;           /* which keys of a block some row may see */
-    size_t worker_bytes; /* scratch per worker */
-    size_t shared_bytes; /* decode: partial results of every chunk */
+    size_t worker_bytes; /* scratch per worker, as reserved: at least what
+                            the plan uses, and never more for a call that is
+                            no larger (README: Usage) */
+    size_t shared_bytes; /* decode: partial results of every chunk, as
+                            reserved likewise */
     void *shared;        /* set at execution: the shared buffer */
 } sdpa_plan;
 
@@ -243,6 +249,10 @@ int sdpa_decode_merge_item(const sdpa_problem *problem, const sdpa_plan *plan,
 int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
                    const sdpa_plan *plan, int64_t items, sdpa_path_fn fn,
                    sdpa_where *where);
+/* Starts the context's workers up to `workers` (the caller's thread is
+ * worker 0) before the computation, so that running them later allocates
+ * nothing and cannot fail half way. */
+int sdpa_pool_reserve(sdpa_ctx *ctx, int workers);
 void sdpa_pool_destroy(sdpa_ctx *ctx);
 
 /* Threads the linked CBLAS may use inside one gemm (1 if unknown), and the

@@ -75,19 +75,46 @@ static bool count_of(int64_t a, int64_t b, size_t *r)
 }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+static int64_t score_budget(const sdpa_ctx *ctx)
+{
+    return ctx->options[SDPA_OPT_SCRATCH_LIMIT] > 0
+               ? ctx->options[SDPA_OPT_SCRATCH_LIMIT]
+               : DEFAULT_SCORE_BLOCK_BYTES;
+}
+
 static int64_t materialised_block_q(const sdpa_ctx *ctx, const sdpa_problem *p,
                                     int64_t score_ld)
 {
     int64_t block = ctx->options[SDPA_OPT_BLOCK_Q];
     if (block == 0) {
-        int64_t budget = ctx->options[SDPA_OPT_SCRATCH_LIMIT] > 0
-                             ? ctx->options[SDPA_OPT_SCRATCH_LIMIT]
-                             : DEFAULT_SCORE_BLOCK_BYTES;
-        block = budget / (score_ld * (int64_t)p->elem_size);
+        block = score_budget(ctx) / (score_ld * (int64_t)p->elem_size);
         block = block / MIN_BLOCK_Q * MIN_BLOCK_Q;
         block = block < MIN_BLOCK_Q ? MIN_BLOCK_Q : min64(block, MAX_BLOCK_Q);
     }
     return min64(block, p->len_q);
+}
+
+/* The score rows and the row count the materialised path reserves: at
+ * least what materialised_block_q uses, and never more for a shorter Tq or
+ * Tk. (The block itself grows as Tk shrinks, rounded to MIN_BLOCK_Q rows,
+ * so its exact size is not monotone: 512 rows of 1008 keys are more than
+ * 336 rows of 1504.) */
+static void materialised_reserve(const sdpa_ctx *ctx, const sdpa_problem *p,
+                                 int64_t score_ld, int64_t *score_elems,
+                                 int64_t *rows)
+{
+    int64_t cap = ctx->options[SDPA_OPT_BLOCK_Q] ? ctx->options[SDPA_OPT_BLOCK_Q]
+                                                 : MAX_BLOCK_Q;
+    *rows = min64(cap, p->len_q);
+    int64_t elems = *rows * score_ld;
+    if (ctx->options[SDPA_OPT_BLOCK_Q] == 0) {
+        /* block ≤ max(MIN_BLOCK_Q, budget / row bytes) */
+        int64_t budget_elems = score_budget(ctx) / (int64_t)p->elem_size;
+        int64_t floor_elems = MIN_BLOCK_Q * score_ld;
+        elems = min64(elems, budget_elems > floor_elems ? budget_elems
+                                                        : floor_elems);
+    }
+    *score_elems = elems;
 }
 
 /* Lays out one worker's regions, 64-byte aligned, in plan->off_*; false on
@@ -233,11 +260,14 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         plan->rows = plan->block_q;
         /* region s: the scores (unless they live in the caller's weights);
          * region m: the 1/sum of each row */
+        int64_t s_elems, s_rows;
         ok = score_ld <= INT_MAX &&
              mul64(n, p->heads_q, &plan->work_items) &&
-             mul64(plan->work_items, plan->q_blocks, &plan->work_items) &&
-             count_of(plan->block_q, score_ld, &s_count) &&
-             lay_out(plan, p, 0, s_count, 0, (size_t)plan->block_q,
+             mul64(plan->work_items, plan->q_blocks, &plan->work_items);
+        if (!ok)
+            break;
+        materialised_reserve(ctx, p, score_ld, &s_elems, &s_rows);
+        ok = lay_out(plan, p, 0, (size_t)s_elems, 0, (size_t)s_rows,
                      (size_t)p->len_k);
         break;
     }
@@ -271,15 +301,28 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         plan->block_k = plan->chunk_len;
         plan->chunks = (p->len_k + plan->chunk_len - 1) / plan->chunk_len;
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
+        /* Reserved so that fewer rows or keys never need more: the score
+         * rows for the longest chunk the options allow, and the partial
+         * results for the most chunks any as many rows or fewer would make
+         * (decode_chunk shrinks as rows grow, but jumps up past the gemv
+         * rows). */
+        int64_t longest = min64(opt_k ? opt_k : DECODE_CHUNK, p->len_k);
+        int64_t shortest = opt_k ? plan->chunk_len : min64(
+            decode_chunk(p, plan->rows, blas_parallel),
+            decode_chunk(p, min64(plan->rows, GEMV_MAX_ROWS), blas_parallel));
+        shortest = min64(shortest, p->len_k);
+        int64_t most_chunks = (p->len_k + shortest - 1) / shortest;
+        int64_t reserved_items;
         ok = mul64(n, p->heads_kv, &plan->merge_items) &&
              mul64(plan->merge_items, plan->chunks, &plan->work_items) &&
+             mul64(plan->merge_items, most_chunks, &reserved_items) &&
              count_of(plan->rows, dk, &q_count) &&
-             count_of(plan->rows, (int64_t)plan->score_ld, &s_count) &&
+             count_of(plan->rows, round_up(longest, per_line), &s_count) &&
              count_of(plan->rows, dv, &o_count) &&
              lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
-                     (size_t)plan->block_k) &&
+                     (size_t)longest) &&
              /* the partial results: rows · (Dv + 2) values per chunk */
-             mul64(plan->work_items, plan->rows, &partial_rows) &&
+             mul64(reserved_items, plan->rows, &partial_rows) &&
              sdpa_mul_size((size_t)partial_rows,
                            (size_t)(dv + 2) * p->elem_size,
                            &plan->shared_bytes);
@@ -295,6 +338,10 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
                          (long long)p->group);
     int64_t threads = ctx->options[SDPA_OPT_NUM_THREADS];
     plan->threads = (int)min64(threads, plan->work_items);
+    /* Scratch for every worker this many items could use, even when the
+     * rule below runs only one: a smaller call with smaller gemms may run
+     * them all. */
+    plan->reserve_workers = plan->threads;
     /* Workers whose gemms the BLAS threads would queue on its lock: let the
      * BLAS use the cores instead. Only the worker count changes, never the
      * blocks, so results stay bitwise the same. */

@@ -113,6 +113,11 @@ static int pool_grow(sdpa_ctx *ctx, int count)
     return SDPA_OK;
 }
 
+int sdpa_pool_reserve(sdpa_ctx *ctx, int workers)
+{
+    return workers > 1 ? pool_grow(ctx, workers) : SDPA_OK;
+}
+
 void sdpa_pool_destroy(sdpa_ctx *ctx)
 {
     sdpa_pool *pool = ctx->pool;

@@ -99,7 +99,7 @@ static void prob_make(prob *p, int dtype, uint64_t seed, int64_t N, int64_t Hq,
         a.bias = p->bias.t;
     }
     a.causal = o->causal;
-    if (o->kvlens) {
+    if (o->kvlens && kv_lens) {
         memcpy(p->kv_lens, kv_lens, (size_t)N * sizeof(int64_t));
         a.kv_lens = p->kv_lens;
     }
@@ -757,6 +757,72 @@ static void test_no_alloc_after_first_call(void **state)
     alloc_case(dtype, SDPA_PATH_AUTO, 3);
 }
 
+/* The promise, over random sequences: after a call, a call on the same
+ * context with the same path, dtype, options, optional tensors, Dk, Dv and
+ * group size Hq/Hkv allocates nothing when none of N, Hkv, Tq, Tk is
+ * larger (README: Usage). */
+static void test_no_alloc_random_sequences(void **state)
+{
+    const int dtype = *(int *)*state;
+    static const int paths[] = {SDPA_PATH_MATERIALISED, SDPA_PATH_TILED,
+                                SDPA_PATH_DECODE};
+    rng r = {0xA110C};
+    long sequences = 0;
+    for (int seq = 0; seq < 90; ++seq) {
+        int path = paths[seq % 3];
+        int threads = (int)rng_int(&r, 1, 3);
+        int64_t group = rng_int(&r, 1, 4), dk = rng_int(&r, 1, 40);
+        int64_t dv = rng_int(&r, 1, 40);
+        prob_opts o = {(int)rng_int(&r, 0, 1), (int)rng_int(&r, 0, 1), 0,
+                       (int)rng_int(&r, 0, 2), 0,
+                       path == SDPA_PATH_MATERIALISED && rng_int(&r, 0, 1),
+                       (int)rng_int(&r, 0, 1)};
+        int64_t n = rng_int(&r, 1, 3), hkv = rng_int(&r, 1, 3);
+        int64_t tq = rng_int(&r, 1, path == SDPA_PATH_DECODE ? 8 : 600);
+        int64_t tk = rng_int(&r, 1, 1500);
+        counting_alloc ca;
+        sdpa_allocator al = ca_start(&ca, -1);
+        sdpa_ctx *ctx = NULL;
+        assert_int_equal(sdpa_ctx_create_with_allocator(&ctx, &al), SDPA_OK);
+        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
+        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
+                         SDPA_OK);
+        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
+                                          SDPA_EMPTY_ROWS_ZERO),
+                         SDPA_OK);
+        prob big;
+        prob_make(&big, dtype, (uint64_t)seq, n, group * hkv, hkv, tq, tk, dk,
+                  dv, &o, NULL);
+        assert_int_equal(sdpa_forward(ctx, &big.a), SDPA_OK);
+        long after_first = ca.allocs;
+        for (int call = 0; call < 6; ++call) {
+            int64_t n2 = rng_int(&r, 1, n), hkv2 = rng_int(&r, 1, hkv);
+            int64_t tq2 = rng_int(&r, 1, tq), tk2 = rng_int(&r, 1, tk);
+            prob small;
+            prob_make(&small, dtype, (uint64_t)(seq * 8 + call), n2,
+                      group * hkv2, hkv2, tq2, tk2, dk, dv, &o, NULL);
+            assert_int_equal(sdpa_forward(ctx, &small.a), SDPA_OK);
+            if (ca.allocs != after_first)
+                print_error("path %d threads %d group %lld Dk %lld Dv %lld "
+                            "mask %d bias %d causal %d: N %lld Hkv %lld Tq "
+                            "%lld Tk %lld after N %lld Hkv %lld Tq %lld Tk "
+                            "%lld allocated\n",
+                            path, threads, (long long)group, (long long)dk,
+                            (long long)dv, o.mask, o.bias, o.causal,
+                            (long long)n2, (long long)hkv2, (long long)tq2,
+                            (long long)tk2, (long long)n, (long long)hkv,
+                            (long long)tq, (long long)tk);
+            assert_int_equal(ca.allocs, after_first);
+            prob_free(&small);
+        }
+        prob_free(&big);
+        sdpa_ctx_destroy(ctx);
+        assert_int_equal(ca.allocs, ca.frees);
+        sequences++;
+    }
+    assert_int_equal(sequences, 90);
+}
+
 /* ---- workspace query ---------------------------------------------------- */
 
 static void test_workspace(void **state)
@@ -815,6 +881,7 @@ int main(void)
         BOTH(test_threads_bitwise),
         BOTH(test_kernels_agree),
         BOTH(test_no_alloc_after_first_call),
+        BOTH(test_no_alloc_random_sequences),
         BOTH(test_workspace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
