@@ -13,6 +13,9 @@
  *
  *  1. logit s_ij = scale · <q[b,h,i,:], k[b,h/g,j,:]>, default scale
  *     1/sqrt(Dk); with a soft-cap c > 0, s = c·tanh(s/c); then + bias[b,h,i,j].
+ *     The soft-cap is accurate relative to the logit: each s (as computed
+ *     in the dtype) becomes c·tanh(s/c) to within 8·eps·min(|s|, c), eps =
+ *     FLT_EPSILON or DBL_EPSILON by dtype, on every kernel and path.
  *  2. key j is FORBIDDEN for row i when any of these holds:
  *       j >= L_b;
  *       mask[b,h,i,j] != 0           (nonzero = forbidden, as

@@ -14,6 +14,14 @@
 #include <math.h>
 #include <string.h>
 
+/* Defines the kernel tables sdpa_rows_avx2_f32 and sdpa_rows_avx2_f64 over
+ * the static sdpa_rows_avx2_mask_max_f32, sdpa_rows_avx2_mask_max_f64,
+ * sdpa_rows_avx2_exp_sum_f32, sdpa_rows_avx2_exp_sum_f64,
+ * sdpa_rows_avx2_scale_f32, sdpa_rows_avx2_scale_f64,
+ * sdpa_rows_avx2_softcap_f32, sdpa_rows_avx2_softcap_f64,
+ * sdpa_rows_avx2_vexp_neg_f32, sdpa_rows_avx2_vexp_neg_f64
+ * (rows_simd_impl.h, KERNEL_NAME), and their own copies of
+ * rows_scalar_impl.h's helpers (rows_portable.c lists them). */
 #define ROW_KERNELS sdpa_rows_avx2
 
 /* ---- float: 8 lanes ---- */

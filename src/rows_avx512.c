@@ -15,6 +15,14 @@
 #include <math.h>
 #include <string.h>
 
+/* Defines the kernel tables sdpa_rows_avx512_f32 and sdpa_rows_avx512_f64 over
+ * the static sdpa_rows_avx512_mask_max_f32, sdpa_rows_avx512_mask_max_f64,
+ * sdpa_rows_avx512_exp_sum_f32, sdpa_rows_avx512_exp_sum_f64,
+ * sdpa_rows_avx512_scale_f32, sdpa_rows_avx512_scale_f64,
+ * sdpa_rows_avx512_softcap_f32, sdpa_rows_avx512_softcap_f64,
+ * sdpa_rows_avx512_vexp_neg_f32, sdpa_rows_avx512_vexp_neg_f64
+ * (rows_simd_impl.h, KERNEL_NAME), and their own copies of
+ * rows_scalar_impl.h's helpers (rows_portable.c lists them). */
 #define ROW_KERNELS sdpa_rows_avx512
 
 /* ---- float: 16 lanes ---- */

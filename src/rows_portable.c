@@ -11,6 +11,8 @@
  * portable_scale_f64, portable_softcap_f32, portable_softcap_f64, which run
  * rows_scalar_impl.h's scalar_mask_max_f32, scalar_mask_max_f64,
  * scalar_exp_sum_f32, scalar_exp_sum_f64, scalar_scale_f32,
- * scalar_scale_f64, scalar_softcap_f32, scalar_softcap_f64 over whole rows. */
+ * scalar_scale_f64, scalar_softcap_f32, scalar_softcap_f64 (with
+ * softcap_small_f32, softcap_small_f64, softcap_large_f32,
+ * softcap_large_f64) over whole rows. */
 #define SDPA_TEMPLATE "rows_portable_impl.h"
 #include "instantiate.h"

@@ -1,5 +1,6 @@
 /* Scalar row operations on x[from, n), for one T/SUF: the portable kernels
- * are these over whole rows, the AVX2 kernels use them for row tails. */
+ * are these over whole rows, the vector kernels (AVX2, AVX-512) use them for
+ * row tails. */
 
 /* x += bias, forbidden → -inf; returns max(m, the new values) and ORs into
  * *nan whether a NaN was met (the max alone would drop it). */
@@ -10,8 +11,8 @@ static inline T NAME(scalar_mask_max)(T *x, int64_t from, int64_t n,
 {
     for (int64_t j = from; j < n; j++) {
         T v = x[j];
-        if (bias)
-            v += bias[j];
+        if (bias) /* a -inf bias forbids the key whatever its logit (NaN too) */
+            v = bias[j] == (T)-INFINITY ? bias[j] : v + bias[j];
         if (mask && (mask[j] != 0) != mask_nonzero_allows)
             v = (T)-INFINITY;
         x[j] = v;
@@ -39,14 +40,37 @@ static inline void NAME(scalar_scale)(T *x, int64_t from, int64_t n, T c)
         x[j] *= c;
 }
 
-/* x = c·tanh(x/c) by the formula of rows.h (NaN stays NaN). */
+/* The soft-cap's two branches (rows.h), c·tanh(a/c) for a = |s| and
+ * y = a·(1/c), 1/c rounded: a·(1 + z·Q(z)), z = y², below the threshold
+ * (vexp.h), c·(1 − e)/(1 + e), e = exp(−2y), from it on. The vector kernels
+ * compute both and blend by lane. */
+static inline T NAME(softcap_small)(T a, T y)
+{
+    T z = y * y;
+    T p = (T)sdpa_tanh_taylor[EXPC(TANH_TERMS)];
+    for (int k = EXPC(TANH_TERMS) - 1; k >= 1; k--)
+        p = p * z + (T)sdpa_tanh_taylor[k];
+    return a + a * (z * p);
+}
+
+static inline T NAME(softcap_large)(T y, T c)
+{
+    T e = NAME(sdpa_exp_neg)(-2 * y);
+    return c * ((1 - e) / (1 + e));
+}
+
+/* x = c·tanh(x/c) by the method of rows.h (NaN stays NaN, ±0 stays ±0,
+ * ±inf → ±c). */
 static inline void NAME(scalar_softcap)(T *x, int64_t from, int64_t n, T c)
 {
+    const T inv_c = 1 / c;
     for (int64_t j = from; j < n; j++) {
-        T y = x[j] / c;
-        T e = NAME(sdpa_exp_neg)(-2 * (y < 0 ? -y : y));
-        T t = (1 - e) / (1 + e);
-        if (y == y)
-            x[j] = y < 0 ? -c * t : c * t;
+        T v = x[j];
+        T a = signbit(v) ? -v : v;
+        T y = a * inv_c;
+        T r = y < EXPC(TANH_SMALL) ? NAME(softcap_small)(a, y)
+                                   : NAME(softcap_large)(y, c);
+        if (v == v)
+            x[j] = signbit(v) ? -r : r;
     }
 }

@@ -5,12 +5,17 @@
  * the scalar kernels' math. */
 #include "rows_scalar_impl.h"
 
+/* KERNEL_NAME(mask_max) → sdpa_rows_avx2_mask_max_f32 and the like: each
+ * ISA's functions have their own names in perf and gdb (the ISA files list
+ * them). */
+#define KERNEL_NAME(base) NAME(SDPA_CAT(ROW_KERNELS, base))
+
 /* exp(x) for x <= 0, the method of vexp.h on the U vectors x[0..U) at once,
  * in place. Each step is applied to all U before the next: one exp alone is
  * a chain of dependent FMAs (the Horner steps) that leaves the FMA units
  * idle, and compilers keep the order the source gives. U is a constant at
  * every call, so the loops below unroll into straight-line code. */
-static inline void NAME(vexp_neg)(VT *x, int u)
+static inline void KERNEL_NAME(vexp_neg)(VT *x, int u)
 {
     const VT lowest = VSET1(EXPC(LOWEST)), magic = VSET1(EXPC(MAGIC));
     VM keep[4];
@@ -36,7 +41,7 @@ static inline void NAME(vexp_neg)(VT *x, int u)
     }
 }
 
-static T NAME(simd_mask_max)(T *x, int64_t n, const T *bias,
+static T KERNEL_NAME(mask_max)(T *x, int64_t n, const T *bias,
                              const uint8_t *mask, bool mask_nonzero_allows)
 {
     const VT minus_inf = VSET1((T)-INFINITY);
@@ -51,8 +56,11 @@ static T NAME(simd_mask_max)(T *x, int64_t n, const T *bias,
         }
     for (; j + W <= n; j += W) {
         VT v = VLOAD(x + j);
-        if (bias)
-            v = VADD(v, VLOAD(bias + j));
+        if (bias) {
+            /* a -inf bias forbids the key whatever its logit (NaN too) */
+            VT b = VLOAD(bias + j);
+            v = VBLENDV(VADD(v, b), minus_inf, VCMP_GE(minus_inf, b));
+        }
         if (mask) {
             VM forbidden = MASK_FORBIDS(mask + j, mask_nonzero_allows);
             v = VBLENDV(v, minus_inf, forbidden);
@@ -71,7 +79,7 @@ static T NAME(simd_mask_max)(T *x, int64_t n, const T *bias,
     return nan ? (T)NAN : m;
 }
 
-static T NAME(simd_exp_sum)(T *x, int64_t n, T m)
+static T KERNEL_NAME(exp_sum)(T *x, int64_t n, T m)
 {
     const VT vm = VSET1(m);
     VT acc0 = VZERO(), acc1 = VZERO(), acc2 = VZERO(), acc3 = VZERO();
@@ -81,7 +89,7 @@ static T NAME(simd_exp_sum)(T *x, int64_t n, T m)
         VT e[4];
         for (int i = 0; i < 4; i++)
             e[i] = VSUB(VLOAD(x + j + i * W), vm);
-        NAME(vexp_neg)(e, 4);
+        KERNEL_NAME(vexp_neg)(e, 4);
         for (int i = 0; i < 4; i++)
             VSTORE(x + j + i * W, e[i]);
         acc0 = VADD(acc0, e[0]);
@@ -91,7 +99,7 @@ static T NAME(simd_exp_sum)(T *x, int64_t n, T m)
     }
     for (; j + W <= n; j += W) {
         VT e = VSUB(VLOAD(x + j), vm);
-        NAME(vexp_neg)(&e, 1);
+        KERNEL_NAME(vexp_neg)(&e, 1);
         VSTORE(x + j, e);
         acc0 = VADD(acc0, e);
     }
@@ -102,7 +110,7 @@ static T NAME(simd_exp_sum)(T *x, int64_t n, T m)
     return NAME(scalar_exp_sum)(x, j, n, m, sum);
 }
 
-static void NAME(simd_scale)(T *x, int64_t n, T c)
+static void KERNEL_NAME(scale)(T *x, int64_t n, T c)
 {
     const VT vc = VSET1(c);
     int64_t j = 0;
@@ -111,28 +119,48 @@ static void NAME(simd_scale)(T *x, int64_t n, T c)
     NAME(scalar_scale)(x, j, n, c);
 }
 
-static void NAME(simd_softcap)(T *x, int64_t n, T c)
+/* The soft-cap by the scalar kernels' method (rows_scalar_impl.h): both
+ * branches, blended by lane, each computed only when some lane needs it
+ * (logits often all sit below the threshold). A lane's result depends on
+ * its own value only, never on its neighbours. */
+static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
 {
     const VT vc = VSET1(c), inv_c = VSET1(1 / c), one = VSET1((T)1);
-    const VT sign_bit = VSET1((T)-0.0);
+    const VT sign_bit = VSET1((T)-0.0), small = VSET1(EXPC(TANH_SMALL));
     int64_t j = 0;
     for (; j + W <= n; j += W) {
         VT v = VLOAD(x + j);
-        VT y = VMUL(v, inv_c);
-        VT sign = VAND(y, sign_bit);
-        VT a = VANDNOT(sign_bit, y); /* |y| */
-        VT e = VMUL(a, VSET1((T)-2));
-        NAME(vexp_neg)(&e, 1);
-        VT t = VDIV(VSUB(one, e), VADD(one, e));
-        VT capped = VOR(VMUL(vc, t), sign);
+        VT sign = VAND(v, sign_bit);
+        VT a = VANDNOT(sign_bit, v); /* |s| */
+        VT y = VMUL(a, inv_c);
+        VM large = VCMP_GE(y, small); /* NaN lanes in neither branch */
+        VT r = VZERO();
+        if (VM_ANY(VCMP_GE(small, y))) {
+            /* a·(1 + z·Q(z)), z = y² */
+            VT z = VMUL(y, y);
+            VT p = VSET1((T)sdpa_tanh_taylor[EXPC(TANH_TERMS)]);
+            for (int k = EXPC(TANH_TERMS) - 1; k >= 1; k--)
+                p = VFMA(p, z, VSET1((T)sdpa_tanh_taylor[k]));
+            r = VFMA(a, VMUL(z, p), a);
+        }
+        if (VM_ANY(large)) {
+            /* c·(1 − e)/(1 + e), e = exp(−2y) */
+            VT e = VMUL(y, VSET1((T)-2));
+            KERNEL_NAME(vexp_neg)(&e, 1);
+            VT t = VDIV(VSUB(one, e), VADD(one, e));
+            r = VBLENDV(r, VMUL(vc, t), large);
+        }
+        VT capped = VOR(r, sign);
         VSTORE(x + j, VBLENDV(capped, v, VCMP_UNORD(v, v)));
     }
     NAME(scalar_softcap)(x, j, n, c);
 }
 
 const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
-    NAME(simd_mask_max),
-    NAME(simd_exp_sum),
-    NAME(simd_scale),
-    NAME(simd_softcap),
+    KERNEL_NAME(mask_max),
+    KERNEL_NAME(exp_sum),
+    KERNEL_NAME(scale),
+    KERNEL_NAME(softcap),
 };
+
+#undef KERNEL_NAME

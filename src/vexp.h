@@ -1,7 +1,7 @@
 /*
  * exp(x) for x <= 0: the only arguments a softmax needs once the row maximum
  * has been subtracted. One method for float and double, scalar here and
- * vector in rows_avx2.c (the same steps with intrinsics):
+ * vector in rows_simd_impl.h (the same steps with intrinsics):
  *
  *   n = round(x · log2 e)            by adding and subtracting 1.5·2^p
  *   r = x − n·ln2_hi − n·ln2_lo      |r| <= ln2/2, exact (Cody–Waite)
@@ -59,6 +59,50 @@ static const double sdpa_inv_factorial[14] = {
 #define SDPA_EXP_LN2LO_f64 1.90821492927058770002e-10
 #define SDPA_EXP_BIAS_f64 1023
 #define SDPA_EXP_MANT_f64 52
+
+/*
+ * tanh for the logit soft-cap (rows.h). For 0 <= y < SMALL:
+ *
+ *   tanh(y) = y·(1 + z·Q(z)),  z = y²,  Q(z) = Σ_{k=1..TERMS} a_k z^(k−1)
+ *
+ * the Taylor series tanh(y) = Σ_k a_k y^(2k+1) cut after a_TERMS. Its terms
+ * alternate in sign and shrink (|a_(k+1)/a_k| <= 0.41, → 4/π²), so the
+ * cut-off error is below the first term left out, |a_(TERMS+1)|·y^(2·TERMS
+ * +2) relative to y. With SMALL = 1/2 that is 9.0e-9 = 0.076·eps (float,
+ * TERMS = 7; 6 terms would leave 0.75·eps) and 1.0e-17 = 0.046·eps
+ * (double, TERMS = 16; 15 would leave 0.45·eps): the fewest terms that
+ * keep the cut-off below 0.1·eps. Above SMALL the soft-cap uses
+ * (1 − e)/(1 + e), e = exp(−2y), whose error is exp's times 1/sinh(2y),
+ * <= 0.85 there. SMALL = 1/2 by measurement: at 1/4 (4 and 10 terms) the
+ * exp branch's worst grows to 2.6·eps·|s| (bound 6.7) to save ~10% only
+ * where lanes mix; at 1/2 the usual logits, |s| < c/2, take the
+ * polynomial alone, which costs about half the exp branch. The
+ * coefficients, rounded, err by eps/2 each, damped like Q's other errors
+ * (rows.h).
+ */
+static const double sdpa_tanh_taylor[17] = {
+    1.0,                     /* a_0 = 1 */
+    -0.33333333333333331,    /* -1/3 */
+    0.13333333333333333,     /* 2/15 */
+    -0.053968253968253971,   /* -17/315 */
+    0.021869488536155203,    /* 62/2835 */
+    -0.0088632355299021973,  /* -1382/155925 */
+    0.0035921280365724811,   /* 21844/6081075 */
+    -0.0014558343870513183,  /* -929569/638512875 */
+    0.00059002744094558595,  /* 6404582/10854718875 */
+    -0.00023912911424355248, /* -443861162/1856156927625 */
+    9.6915379569294509e-05,  /* 18888466084/194896477400625 */
+    -3.9278323883316833e-05, /* a_k = 2^(2k+2)·(2^(2k+2) − 1)·B_(2k+2) */
+    1.5918905069328964e-05,  /*       / (2k+2)!, B the Bernoulli numbers, */
+    -6.4516892156554306e-06, /* each the double nearest the rational */
+    2.6147711512907546e-06,
+    -1.0597268320104654e-06,
+    4.2949110782738057e-07,
+};
+#define SDPA_EXP_TANH_SMALL_f32 0.5f
+#define SDPA_EXP_TANH_TERMS_f32 7
+#define SDPA_EXP_TANH_SMALL_f64 0.5
+#define SDPA_EXP_TANH_TERMS_f64 16
 
 /* Scalar version: sdpa_exp_neg_f32(float), sdpa_exp_neg_f64(double). */
 #define SDPA_DEFINE_EXP_NEG(T, SUF, UINT)                                      \

@@ -272,8 +272,30 @@ static void test_nan_is_reported(void **state)
         }
 }
 
-/* The soft-cap: within 4·eps·c of c·tanh(x/c) (long double tanhl) in both
- * kernels and dtypes, NaN kept, ±inf → ±c. */
+/* A -inf bias forbids its key whatever the logit, NaN and +inf included,
+ * as a mask does: the key becomes -inf and the row's max stays finite. */
+static void test_ninf_bias_forbids_nan(void **state)
+{
+    (void)state;
+    for (int k = 0; k < KERNEL_SETS; k++)
+        for (int at = 0; at < 37 && runnable(k); at++) {
+            float x[37], bx[37];
+            double y[37], by[37];
+            for (int j = 0; j < 37; j++)
+                x[j] = (float)j, y[j] = j, bx[j] = 0, by[j] = 0;
+            x[at] = at % 2 ? NAN : INFINITY, y[at] = at % 2 ? NAN : INFINITY;
+            bx[at] = -INFINITY, by[at] = -INFINITY;
+            float m = kernel_sets[k].f32->mask_max(x, 37, bx, NULL, false);
+            double md = kernel_sets[k].f64->mask_max(y, 37, by, NULL, false);
+            assert_float_equal(m, at == 36 ? 35 : 36, 0);
+            assert_float_equal(md, at == 36 ? 35 : 36, 0);
+            assert_true(x[at] == -INFINITY && y[at] == -INFINITY);
+        }
+}
+
+/* The soft-cap at c = 30: within 4·eps·c of c·tanh(x/c) (long double
+ * tanhl) in both kernels and dtypes, NaN kept, ±inf → ±c. The general bound,
+ * 8·eps·min(|s|, c) for every cap, is tests/test_softcap.c's. */
 static void test_softcap(void **state)
 {
     (void)state;
@@ -321,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_exp_edges),
         cmocka_unit_test(test_vector_matches_portable),
         cmocka_unit_test(test_nan_is_reported),
+        cmocka_unit_test(test_ninf_bias_forbids_nan),
         cmocka_unit_test(test_softcap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
