@@ -16,7 +16,11 @@ build=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 demo_packages=(cmake make gcc libc6-dev pkg-config libopenblas-dev)
-test_packages=("${demo_packages[@]}" libcmocka-dev abigail-tools binutils)
+# libgfortran-12-dev: the static link test (pkg-config --static) gets
+# -lgfortran from openblas.pc's Libs.private; libopenblas-dev does not bring
+# the linker name libgfortran.so, so ld would fail: cannot find -lgfortran.
+test_packages=("${demo_packages[@]}" libcmocka-dev abigail-tools binutils
+    libgfortran-12-dev)
 
 usage() {
     echo "usage: ./build.sh demo|test" >&2

@@ -9,7 +9,10 @@
 #include "bench.h"
 
 /* Every extent and leading dimension of the suite fits a BLAS int. */
-static int blas_int(int64_t x) { return (int)x; }
+static int blas_int(int64_t x)
+{
+    return (int)x;
+}
 
 /* Keys query row i may see among the first `len`: the causal limit. */
 static int64_t allowed_keys(const bench_shape *s, int64_t i, int64_t len)

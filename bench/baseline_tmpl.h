@@ -32,12 +32,16 @@ static void BFN(bare_)(const bench_data *d, bench_baseline *bl)
     for (int64_t b = 0; b < s->n; b++)
         for (int64_t h = 0; h < s->hq; h++)
             for (int64_t r0 = 0; r0 < s->tq; r0 += bl->row_block) {
-                int64_t rows = s->tq - r0 < bl->row_block ? s->tq - r0
-                                                          : bl->row_block;
-                const BT *q = BFN(row_ptr_)(d->q, b, h, r0, s->hq, s->tq, s->dk);
-                const BT *k = BFN(row_ptr_)(d->k, b, h / g, 0, s->hkv, s->tk, s->dk);
-                const BT *v = BFN(row_ptr_)(d->v, b, h / g, 0, s->hkv, s->tk, s->dv);
-                BT *o = BFN(row_ptr_)(d->out_bare, b, h, r0, s->hq, s->tq, s->dv);
+                int64_t rows =
+                    s->tq - r0 < bl->row_block ? s->tq - r0 : bl->row_block;
+                const BT *q =
+                    BFN(row_ptr_)(d->q, b, h, r0, s->hq, s->tq, s->dk);
+                const BT *k =
+                    BFN(row_ptr_)(d->k, b, h / g, 0, s->hkv, s->tk, s->dk);
+                const BT *v =
+                    BFN(row_ptr_)(d->v, b, h / g, 0, s->hkv, s->tk, s->dv);
+                BT *o =
+                    BFN(row_ptr_)(d->out_bare, b, h, r0, s->hq, s->tq, s->dv);
                 BGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows),
                       blas_int(s->tk), blas_int(s->dk), (BT)1, q,
                       blas_int(s->dk), k, blas_int(s->dk), (BT)0, sc,
@@ -66,16 +70,19 @@ static int BFN(naive_)(const bench_data *d, bench_baseline *bl)
         const int64_t len = bench_shape_kv_len(s, b);
         for (int64_t h = 0; h < s->hq; h++)
             for (int64_t r0 = 0; r0 < s->tq; r0 += bl->row_block) {
-                int64_t rows = s->tq - r0 < bl->row_block ? s->tq - r0
-                                                          : bl->row_block;
-                const BT *q = BFN(row_ptr_)(d->q, b, h, r0, s->hq, s->tq, s->dk);
-                const BT *k = BFN(row_ptr_)(d->k, b, h / g, 0, s->hkv, s->tk, s->dk);
-                const BT *v = BFN(row_ptr_)(d->v, b, h / g, 0, s->hkv, s->tk, s->dv);
-                BT *o = BFN(row_ptr_)(d->out_ref, b, h, r0, s->hq, s->tq, s->dv);
+                int64_t rows =
+                    s->tq - r0 < bl->row_block ? s->tq - r0 : bl->row_block;
+                const BT *q =
+                    BFN(row_ptr_)(d->q, b, h, r0, s->hq, s->tq, s->dk);
+                const BT *k =
+                    BFN(row_ptr_)(d->k, b, h / g, 0, s->hkv, s->tk, s->dk);
+                const BT *v =
+                    BFN(row_ptr_)(d->v, b, h / g, 0, s->hkv, s->tk, s->dv);
+                BT *o =
+                    BFN(row_ptr_)(d->out_ref, b, h, r0, s->hq, s->tq, s->dv);
                 BGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows),
-                      blas_int(len), blas_int(s->dk), scale, q,
-                      blas_int(s->dk), k, blas_int(s->dk), (BT)0, sc,
-                      blas_int(len));
+                      blas_int(len), blas_int(s->dk), scale, q, blas_int(s->dk),
+                      k, blas_int(s->dk), (BT)0, sc, blas_int(len));
                 for (int64_t i = 0; i < rows; i++) {
                     BT *row = sc + i * len;
                     int64_t allowed = allowed_keys(s, r0 + i, len);

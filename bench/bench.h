@@ -32,8 +32,8 @@ typedef struct bench_shape {
     int causal;                       /* SDPA_CAUSAL_* */
     int has_kv_lens;                  /* kv_lens below are used */
     int64_t kv_lens[BENCH_MAX_BATCH]; /* valid key count per batch item */
-    int max_reps;     /* 0 = adaptive; 1 = one cold timed run (huge shapes) */
-    int decode;       /* report K+V read bandwidth for this shape */
+    int max_reps; /* 0 = adaptive; 1 = one cold timed run (huge shapes) */
+    int decode;   /* report K+V read bandwidth for this shape */
 } bench_shape;
 
 /* The fixed suite, in run order. */
@@ -59,11 +59,11 @@ const char *bench_causal_name(int causal);
 /* Inputs and outputs of one shape, contiguous in (N, H, T, D) order. */
 typedef struct bench_data {
     const bench_shape *shape;
-    void *q, *k, *v;  /* inputs; K/V rows at j >= kv_len hold NaN */
-    void *out_lib;    /* written by libsdpa */
-    void *out_ref;    /* written by the naive baseline: the reference */
-    void *out_bare;   /* written by the bare gemms (meaningless values) */
-    size_t out_count; /* elements of each output */
+    void *q, *k, *v;        /* inputs; K/V rows at j >= kv_len hold NaN */
+    void *out_lib;          /* written by libsdpa */
+    void *out_ref;          /* written by the naive baseline: the reference */
+    void *out_bare;         /* written by the bare gemms (meaningless values) */
+    size_t out_count;       /* elements of each output */
     sdpa_forward_args args; /* q, k, v, out_lib, causal, kv_lens filled in */
 } bench_data;
 
@@ -132,21 +132,21 @@ enum {
 /* One row of the table: (shape, threads, variant). */
 typedef struct bench_row {
     const bench_shape *shape;
-    int threads;           /* SDPA_OPT_NUM_THREADS (libsdpa rows) */
-    int variant;           /* BENCH_VAR_* */
-    int ok;                /* measured; otherwise `note` says why */
-    char note[160];        /* "n/a (...)", error text, or a warning */
-    int reps;              /* timed runs */
+    int threads;    /* SDPA_OPT_NUM_THREADS (libsdpa rows) */
+    int variant;    /* BENCH_VAR_* */
+    int ok;         /* measured; otherwise `note` says why */
+    char note[160]; /* "n/a (...)", error text, or a warning */
+    int reps;       /* timed runs */
     double median_s, min_s;
-    double gflops;         /* bench_shape_flops / median */
-    double ratio_bare;     /* median / bare median (0 if unknown) */
-    double kv_gbs;         /* decode shapes: K+V bytes / median, 1e9 B/s */
-    double kv_bw_ratio;    /* kv_gbs / machine read bandwidth */
-    int64_t workspace;     /* libsdpa: sdpa_forward_workspace; baselines:
-                              their score block; -1 unknown */
-    int64_t peak_growth;   /* VmHWM growth over setup + first run; -1 */
-    double max_diff;       /* libsdpa vs naive, -1 when not checked */
-    int diff_bad;          /* max_diff above the dtype's tolerance */
+    double gflops;       /* bench_shape_flops / median */
+    double ratio_bare;   /* median / bare median (0 if unknown) */
+    double kv_gbs;       /* decode shapes: K+V bytes / median, 1e9 B/s */
+    double kv_bw_ratio;  /* kv_gbs / machine read bandwidth */
+    int64_t workspace;   /* libsdpa: sdpa_forward_workspace; baselines:
+                            their score block; -1 unknown */
+    int64_t peak_growth; /* VmHWM growth over setup + first run; -1 */
+    double max_diff;     /* libsdpa vs naive, -1 when not checked */
+    int diff_bad;        /* max_diff above the dtype's tolerance */
 } bench_row;
 
 typedef struct bench_env {
@@ -155,11 +155,11 @@ typedef struct bench_env {
     const char *openblas_config;
     const char *openblas_core;
     const char *sdpa_version;
-    int64_t kernel;        /* SDPA_OPT_KERNEL as AUTO resolves it */
-    int peak_reset_ok;     /* clear_refs worked */
-    double bw[2];          /* read bandwidth with [0] 1, [1] 2 threads (B/s) */
-    size_t mem_budget;     /* libsdpa workspace budget (bytes) */
-    size_t baseline_budget;/* baseline score block budget (bytes) */
+    int64_t kernel;         /* SDPA_OPT_KERNEL as AUTO resolves it */
+    int peak_reset_ok;      /* clear_refs worked */
+    double bw[2];           /* read bandwidth with [0] 1, [1] 2 threads (B/s) */
+    size_t mem_budget;      /* libsdpa workspace budget (bytes) */
+    size_t baseline_budget; /* baseline score block budget (bytes) */
     uint64_t seed;
 } bench_env;
 

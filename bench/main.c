@@ -33,11 +33,11 @@ enum { MAX_THREAD_COUNTS = 8, MAX_REPS = 1000 };
 
 typedef struct options {
     int json;
-    const char *only;   /* comma-separated shape names, NULL = all */
-    int reps;           /* 0 = adaptive */
+    const char *only; /* comma-separated shape names, NULL = all */
+    int reps;         /* 0 = adaptive */
     int threads[MAX_THREAD_COUNTS];
     int nthreads;
-    size_t mem_budget;  /* libsdpa workspace above this: n/a */
+    size_t mem_budget; /* libsdpa workspace above this: n/a */
     uint64_t seed;
     double block_seconds; /* adaptive reps: aim per (shape, threads) */
     int lib_blas_threads; /* OpenBLAS threads under libsdpa; 0 = T */
@@ -49,12 +49,12 @@ static int lib_blas_threads;
 /* One variant of one (shape, threads) block. */
 typedef struct variant {
     bench_row row;
-    int live;           /* still timed */
-    int reused;         /* row copied from an earlier block, not run */
-    sdpa_ctx *ctx;      /* libsdpa variants */
-    bench_baseline bl;  /* baselines */
-    double cold_s;      /* the setup run */
-    double warm_s;      /* the untimed warm-up round that sizes `reps` */
+    int live;          /* still timed */
+    int reused;        /* row copied from an earlier block, not run */
+    sdpa_ctx *ctx;     /* libsdpa variants */
+    bench_baseline bl; /* baselines */
+    double cold_s;     /* the setup run */
+    double warm_s;     /* the untimed warm-up round that sizes `reps` */
     double *times;
 } variant;
 
@@ -68,12 +68,15 @@ static const int lib_path[BENCH_VAR_COUNT] = {
 /* Setup order: the naive run writes the reference the others are checked
  * against, so it goes first. */
 static const int setup_order[BENCH_VAR_COUNT] = {
-    BENCH_VAR_NAIVE,        BENCH_VAR_BARE,   BENCH_VAR_MATERIALISED,
-    BENCH_VAR_TILED,        BENCH_VAR_DECODE, BENCH_VAR_AUTO};
+    BENCH_VAR_NAIVE, BENCH_VAR_BARE,   BENCH_VAR_MATERIALISED,
+    BENCH_VAR_TILED, BENCH_VAR_DECODE, BENCH_VAR_AUTO};
 
 static const size_t BASELINE_BUDGET = (size_t)1 << 30; /* 1 GiB */
 
-static int is_lib(int var) { return var <= BENCH_VAR_AUTO; }
+static int is_lib(int var)
+{
+    return var <= BENCH_VAR_AUTO;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -81,7 +84,8 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* ---- command line --------------------------------------------------------- */
+/* ---- command line ---------------------------------------------------------
+ */
 
 static void usage(FILE *f)
 {
@@ -249,7 +253,8 @@ static int parse_args(int argc, char **argv, options *o)
     return 0;
 }
 
-/* ---- one variant ---------------------------------------------------------- */
+/* ---- one variant ----------------------------------------------------------
+ */
 
 /* n/a for statuses that mean "this path cannot do this shape here". */
 static void lib_fail(variant *v, int status, const char *where)
@@ -359,8 +364,7 @@ static void setup(variant *v, const bench_data *d, int threads,
         v->row.workspace = (int64_t)v->bl.s_bytes;
         if (v->bl.row_block < s->tq)
             snprintf(v->row.note, sizeof v->row.note,
-                     "query blocks of %lld rows",
-                     (long long)v->bl.row_block);
+                     "query blocks of %lld rows", (long long)v->bl.row_block);
     }
     v->cold_s = run_once(v, d);
     int64_t hwm = bench_mem_hwm();
@@ -381,8 +385,7 @@ static void setup(variant *v, const bench_data *d, int threads,
             fprintf(stderr,
                     "\n!!! WARNING: shape %s threads %d %s differs from the "
                     "naive baseline: max|diff| = %.3g !!!\n\n",
-                    s->name, threads, bench_variant_name(v->row.variant),
-                    diff);
+                    s->name, threads, bench_variant_name(v->row.variant), diff);
         }
     }
 }
@@ -407,7 +410,8 @@ static int choose_reps(const bench_shape *s, variant *vars, const bench_data *d,
     return s->max_reps > 0 && reps > s->max_reps ? s->max_reps : reps;
 }
 
-/* ---- one (shape, threads) block -------------------------------------------- */
+/* ---- one (shape, threads) block --------------------------------------------
+ */
 
 /* `prev`: the rows of this shape's previous block, or NULL. */
 static int run_block(const bench_data *d, int threads, const options *o,
@@ -547,7 +551,8 @@ static int run_block(const bench_data *d, int threads, const options *o,
     return warnings;
 }
 
-/* ---- main ------------------------------------------------------------------- */
+/* ---- main -------------------------------------------------------------------
+ */
 
 /* Touch OpenBLAS once (its buffers and threads come up on the first call)
  * so that no variant's peak memory includes them. */
@@ -557,11 +562,11 @@ static void warm_up_blas(void)
     float *a = calloc((size_t)W * W * 3, sizeof(float));
     double *b = calloc((size_t)W * W * 3, sizeof(double));
     if (a)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, W, W, W, 1.0f,
-                    a, W, a + W * W, W, 0.0f, a + 2 * W * W, W);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, W, W, W, 1.0f, a,
+                    W, a + W * W, W, 0.0f, a + 2 * W * W, W);
     if (b)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, W, W, W, 1.0,
-                    b, W, b + W * W, W, 0.0, b + 2 * W * W, W);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, W, W, W, 1.0, b,
+                    W, b + W * W, W, 0.0, b + 2 * W * W, W);
     free(a);
     free(b);
 }
@@ -650,8 +655,8 @@ int main(int argc, char **argv)
         }
         for (int t = 0; t < o.nthreads; t++) {
             const bench_row *prev = t ? rows + nrows - BENCH_VAR_COUNT : NULL;
-            warnings += run_block(&d, o.threads[t], &o, &env, prev,
-                                  rows + nrows);
+            warnings +=
+                run_block(&d, o.threads[t], &o, &env, prev, rows + nrows);
             nrows += BENCH_VAR_COUNT;
         }
         bench_data_free(&d);

@@ -21,7 +21,10 @@ double bench_tolerance(int dtype)
     return dtype == SDPA_FLOAT64 ? 1e-9 : 1e-3;
 }
 
-static double mib(int64_t bytes) { return (double)bytes / BENCH_MIB; }
+static double mib(int64_t bytes)
+{
+    return (double)bytes / BENCH_MIB;
+}
 
 void bench_report_header(const bench_env *env)
 {
@@ -66,9 +69,9 @@ void bench_report_header(const bench_env *env)
            "x bare = median / median of the bare gemms (full Tk, full "
            "square) at the same row of the suite.\n\n");
     printf("%-5s %3s %-17s %4s %10s %10s %8s %7s %9s %9s %9s %7s %5s  %s\n",
-           "shape", "thr", "variant", "reps", "median_ms", "min_ms",
-           "GFLOP/s", "x bare", "scrt_MiB", "dRSS_MiB", "max|diff|",
-           "KV_GB/s", "%bw", "note");
+           "shape", "thr", "variant", "reps", "median_ms", "min_ms", "GFLOP/s",
+           "x bare", "scrt_MiB", "dRSS_MiB", "max|diff|", "KV_GB/s", "%bw",
+           "note");
 }
 
 void bench_report_shape(const bench_shape *s, int threads, int reps)
@@ -77,7 +80,9 @@ void bench_report_shape(const bench_shape *s, int threads, int reps)
            "SDPA_OPT_NUM_THREADS=%d\n",
            s->name, s->what, bench_dtype_name(s->dtype),
            bench_shape_flops(s) / 1e9, reps,
-           s->max_reps == 1 ? " (cold)" : reps == 1 ? "" : "s",
+           s->max_reps == 1 ? " (cold)"
+           : reps == 1      ? ""
+                            : "s",
            threads);
 }
 
@@ -87,8 +92,7 @@ void bench_report_row(const bench_row *r)
            bench_variant_name(r->variant));
     if (!r->ok) {
         printf("%4s %10s %10s %8s %7s %9s %9s %9s %7s %5s  %s\n", "-", "n/a",
-               "-", "-", "-",
-               "-", "-", "-", "-", "-", r->note);
+               "-", "-", "-", "-", "-", "-", "-", "-", r->note);
         return;
     }
     printf("%4d %10.3f %10.3f %8.1f ", r->reps, r->median_s * 1e3,
@@ -170,7 +174,8 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
     json_number(env->bw[0]);
     printf(", \"2\": ");
     json_number(env->bw[1]);
-    printf("},\n  \"peak_reset\": %s,\n", env->peak_reset_ok ? "true" : "false");
+    printf("},\n  \"peak_reset\": %s,\n",
+           env->peak_reset_ok ? "true" : "false");
     printf("  \"workspace_budget_bytes\": %zu,\n  \"seed\": %llu,\n",
            env->mem_budget, (unsigned long long)env->seed);
     printf("  \"rows\": [");
@@ -209,7 +214,8 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
                (long long)r->workspace, (long long)r->peak_growth);
         printf(", \"max_abs_diff\": ");
         json_number(r->max_diff >= 0 ? r->max_diff : NAN);
-        printf(", \"diff_bad\": %s, \"kv_GBps\": ", r->diff_bad ? "true" : "false");
+        printf(", \"diff_bad\": %s, \"kv_GBps\": ",
+               r->diff_bad ? "true" : "false");
         json_number(r->kv_gbs > 0 ? r->kv_gbs : NAN);
         printf(", \"kv_bw_ratio\": ");
         json_number(r->kv_gbs > 0 ? r->kv_bw_ratio : NAN);

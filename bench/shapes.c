@@ -3,40 +3,92 @@
 
 /* Square self-attention, one dtype: Hq = Hkv, Tq = Tk, Dk = Dv. */
 #define SQUARE(nm, desc, dt, N, H, T, D, caus)                                 \
-    {.name = nm, .what = desc, .dtype = dt, .n = N, .hq = H, .hkv = H,         \
-     .tq = T, .tk = T, .dk = D, .dv = D, .causal = caus}
+    {                                                                          \
+        .name = nm, .what = desc, .dtype = dt, .n = N, .hq = H, .hkv = H,      \
+        .tq = T, .tk = T, .dk = D, .dv = D, .causal = caus                     \
+    }
 
 static const bench_shape suite[] = {
     SQUARE("A", "N=1 H=8 T=1024 D=64", SDPA_FLOAT32, 1, 8, 1024, 64,
            SDPA_CAUSAL_NONE),
     SQUARE("B", "A, causal top-left", SDPA_FLOAT32, 1, 8, 1024, 64,
            SDPA_CAUSAL_TOP_LEFT),
-    {.name = "C", .what = "N=4 H=8 T=512 D=64, kv_lens 512/400/300/200",
-     .dtype = SDPA_FLOAT32, .n = 4, .hq = 8, .hkv = 8, .tq = 512, .tk = 512,
-     .dk = 64, .dv = 64, .causal = SDPA_CAUSAL_NONE, .has_kv_lens = 1,
+    {.name = "C",
+     .what = "N=4 H=8 T=512 D=64, kv_lens 512/400/300/200",
+     .dtype = SDPA_FLOAT32,
+     .n = 4,
+     .hq = 8,
+     .hkv = 8,
+     .tq = 512,
+     .tk = 512,
+     .dk = 64,
+     .dv = 64,
+     .causal = SDPA_CAUSAL_NONE,
+     .has_kv_lens = 1,
      .kv_lens = {512, 400, 300, 200}},
     SQUARE("D", "N=1 H=1 T=4096 D=64", SDPA_FLOAT32, 1, 1, 4096, 64,
            SDPA_CAUSAL_NONE),
     SQUARE("E", "N=1 H=1 T=16384 D=64", SDPA_FLOAT32, 1, 1, 16384, 64,
            SDPA_CAUSAL_NONE),
-    SQUARE("F", "A in float64", SDPA_FLOAT64, 1, 8, 1024, 64,
-           SDPA_CAUSAL_NONE),
-    {.name = "G", .what = "decode N=1 Hq=32 Hkv=32 Tq=1 Tk=4096 D=128",
-     .dtype = SDPA_FLOAT32, .n = 1, .hq = 32, .hkv = 32, .tq = 1, .tk = 4096,
-     .dk = 128, .dv = 128, .causal = SDPA_CAUSAL_NONE, .decode = 1},
-    {.name = "G8", .what = "decode N=1 Hq=32 Hkv=8 Tq=1 Tk=4096 D=128",
-     .dtype = SDPA_FLOAT32, .n = 1, .hq = 32, .hkv = 8, .tq = 1, .tk = 4096,
-     .dk = 128, .dv = 128, .causal = SDPA_CAUSAL_NONE, .decode = 1},
-    {.name = "H", .what = "N=2 H=4 Tq=256 Tk=2048 Dk=64 Dv=32",
-     .dtype = SDPA_FLOAT32, .n = 2, .hq = 4, .hkv = 4, .tq = 256, .tk = 2048,
-     .dk = 64, .dv = 32, .causal = SDPA_CAUSAL_NONE},
+    SQUARE("F", "A in float64", SDPA_FLOAT64, 1, 8, 1024, 64, SDPA_CAUSAL_NONE),
+    {.name = "G",
+     .what = "decode N=1 Hq=32 Hkv=32 Tq=1 Tk=4096 D=128",
+     .dtype = SDPA_FLOAT32,
+     .n = 1,
+     .hq = 32,
+     .hkv = 32,
+     .tq = 1,
+     .tk = 4096,
+     .dk = 128,
+     .dv = 128,
+     .causal = SDPA_CAUSAL_NONE,
+     .decode = 1},
+    {.name = "G8",
+     .what = "decode N=1 Hq=32 Hkv=8 Tq=1 Tk=4096 D=128",
+     .dtype = SDPA_FLOAT32,
+     .n = 1,
+     .hq = 32,
+     .hkv = 8,
+     .tq = 1,
+     .tk = 4096,
+     .dk = 128,
+     .dv = 128,
+     .causal = SDPA_CAUSAL_NONE,
+     .decode = 1},
+    {.name = "H",
+     .what = "N=2 H=4 Tq=256 Tk=2048 Dk=64 Dv=32",
+     .dtype = SDPA_FLOAT32,
+     .n = 2,
+     .hq = 4,
+     .hkv = 4,
+     .tq = 256,
+     .tk = 2048,
+     .dk = 64,
+     .dv = 32,
+     .causal = SDPA_CAUSAL_NONE},
     /* beyond the list: a Llama-style GQA prefill */
-    {.name = "I", .what = "GQA prefill N=1 Hq=32 Hkv=8 T=1024 D=128 causal",
-     .dtype = SDPA_FLOAT32, .n = 1, .hq = 32, .hkv = 8, .tq = 1024,
-     .tk = 1024, .dk = 128, .dv = 128, .causal = SDPA_CAUSAL_TOP_LEFT},
-    {.name = "L", .what = "N=1 H=1 T=131072 D=64 causal top-left",
-     .dtype = SDPA_FLOAT32, .n = 1, .hq = 1, .hkv = 1, .tq = 131072,
-     .tk = 131072, .dk = 64, .dv = 64, .causal = SDPA_CAUSAL_TOP_LEFT,
+    {.name = "I",
+     .what = "GQA prefill N=1 Hq=32 Hkv=8 T=1024 D=128 causal",
+     .dtype = SDPA_FLOAT32,
+     .n = 1,
+     .hq = 32,
+     .hkv = 8,
+     .tq = 1024,
+     .tk = 1024,
+     .dk = 128,
+     .dv = 128,
+     .causal = SDPA_CAUSAL_TOP_LEFT},
+    {.name = "L",
+     .what = "N=1 H=1 T=131072 D=64 causal top-left",
+     .dtype = SDPA_FLOAT32,
+     .n = 1,
+     .hq = 1,
+     .hkv = 1,
+     .tq = 131072,
+     .tk = 131072,
+     .dk = 64,
+     .dv = 64,
+     .causal = SDPA_CAUSAL_TOP_LEFT,
      .max_reps = 1},
 };
 
@@ -61,8 +113,8 @@ static double sum_kv_len(const bench_shape *s)
 
 double bench_shape_flops(const bench_shape *s)
 {
-    double f = 2.0 * (double)s->hq * (double)s->tq *
-               (double)(s->dk + s->dv) * sum_kv_len(s);
+    double f = 2.0 * (double)s->hq * (double)s->tq * (double)(s->dk + s->dv) *
+               sum_kv_len(s);
     return s->causal != SDPA_CAUSAL_NONE ? f / 2.0 : f;
 }
 
@@ -85,8 +137,11 @@ const char *bench_dtype_name(int dtype)
 const char *bench_causal_name(int causal)
 {
     switch (causal) {
-    case SDPA_CAUSAL_TOP_LEFT: return "top_left";
-    case SDPA_CAUSAL_BOTTOM_RIGHT: return "bottom_right";
-    default: return "none";
+    case SDPA_CAUSAL_TOP_LEFT:
+        return "top_left";
+    case SDPA_CAUSAL_BOTTOM_RIGHT:
+        return "bottom_right";
+    default:
+        return "none";
     }
 }

@@ -35,8 +35,14 @@ static int64_t status_field(const char *key)
     return bytes;
 }
 
-int64_t bench_mem_rss(void) { return status_field("VmRSS"); }
-int64_t bench_mem_hwm(void) { return status_field("VmHWM"); }
+int64_t bench_mem_rss(void)
+{
+    return status_field("VmRSS");
+}
+int64_t bench_mem_hwm(void)
+{
+    return status_field("VmHWM");
+}
 
 int bench_mem_reset_peak(void)
 {
@@ -105,8 +111,8 @@ double bench_read_bandwidth(size_t bytes, int threads, int reps)
         for (int t = 0; t < threads; t++) {
             jobs[t].p = buf + (size_t)t * per;
             jobs[t].n = t == threads - 1 ? words - (size_t)t * per : per;
-            started[t] = t > 0 &&
-                         pthread_create(&tid[t], NULL, sum_words, &jobs[t]) == 0;
+            started[t] = t > 0 && pthread_create(&tid[t], NULL, sum_words,
+                                                 &jobs[t]) == 0;
         }
         for (int t = 0; t < threads; t++)
             if (!started[t])

@@ -86,8 +86,7 @@ int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed)
     d->out_lib = alloc_zeroed(d->out_count * el);
     d->out_ref = alloc_zeroed(d->out_count * el);
     d->out_bare = alloc_zeroed(d->out_count * el);
-    if (!d->q || !d->k || !d->v || !d->out_lib || !d->out_ref ||
-        !d->out_bare) {
+    if (!d->q || !d->k || !d->v || !d->out_lib || !d->out_ref || !d->out_bare) {
         bench_data_free(d);
         return -1;
     }

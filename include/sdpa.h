@@ -76,9 +76,12 @@
     (SDPA_VERSION_MAJOR * 10000 + SDPA_VERSION_MINOR * 100 + SDPA_VERSION_PATCH)
 #define SDPA_STRINGIFY_(x) #x
 #define SDPA_STRINGIFY(x) SDPA_STRINGIFY_(x)
+/* clang-format off */
 #define SDPA_VERSION_STRING                                                    \
-    SDPA_STRINGIFY(SDPA_VERSION_MAJOR)                                         \
-    "." SDPA_STRINGIFY(SDPA_VERSION_MINOR) "." SDPA_STRINGIFY(SDPA_VERSION_PATCH)
+    SDPA_STRINGIFY(SDPA_VERSION_MAJOR) "."                                     \
+    SDPA_STRINGIFY(SDPA_VERSION_MINOR) "."                                     \
+    SDPA_STRINGIFY(SDPA_VERSION_PATCH)
+/* clang-format on */
 
 #if defined(SDPA_STATIC_DEFINE)
 #define SDPA_API
@@ -132,9 +135,9 @@ enum {
     SDPA_ERR_UNKNOWN_OPTION = 16,   /* option id not an SDPA_OPT_* value */
     SDPA_ERR_BAD_OPTION_VALUE = 17, /* option value outside its range */
     SDPA_ERR_FULLY_MASKED_ROW = 18, /* a query row has no allowed key */
-    SDPA_ERR_NONFINITE = 19,        /* a logit is NaN or +inf (during compute) */
-    SDPA_ERR_OUT_OF_MEMORY = 20,    /* the allocator returned NULL */
-    SDPA_ERR_UNSUPPORTED = 21       /* forced kernel/path not usable here */
+    SDPA_ERR_NONFINITE = 19,     /* a logit is NaN or +inf (during compute) */
+    SDPA_ERR_OUT_OF_MEMORY = 20, /* the allocator returned NULL */
+    SDPA_ERR_UNSUPPORTED = 21    /* forced kernel/path not usable here */
 };
 
 /* A short fixed description of a status; never NULL (unknown codes get
@@ -182,16 +185,16 @@ SDPA_API const char *sdpa_ctx_last_error(const sdpa_ctx *ctx);
 /* Option ids: explicitly numbered and frozen. 0 is never an option. Every
  * option's default is value 0 or the value stated. */
 enum {
-    SDPA_OPT_EMPTY_ROWS = 1,     /* SDPA_EMPTY_ROWS_*; default ERROR */
-    SDPA_OPT_NUM_THREADS = 2,    /* worker threads, 1..256; default 1 */
-    SDPA_OPT_KERNEL = 3,         /* SDPA_KERNEL_*; default AUTO */
-    SDPA_OPT_PATH = 4,           /* SDPA_PATH_*; default AUTO */
-    SDPA_OPT_SCRATCH_LIMIT = 5,  /* score bytes per worker the materialised
-                                    path aims for; 0 = auto (2 MiB) */
-    SDPA_OPT_BLOCK_Q = 6,        /* query rows per work item (materialised,
-                                    tiled); 0 = auto */
-    SDPA_OPT_BLOCK_K = 7         /* keys per block (tiled) or per chunk
-                                    (decode); 0 = auto */
+    SDPA_OPT_EMPTY_ROWS = 1,    /* SDPA_EMPTY_ROWS_*; default ERROR */
+    SDPA_OPT_NUM_THREADS = 2,   /* worker threads, 1..256; default 1 */
+    SDPA_OPT_KERNEL = 3,        /* SDPA_KERNEL_*; default AUTO */
+    SDPA_OPT_PATH = 4,          /* SDPA_PATH_*; default AUTO */
+    SDPA_OPT_SCRATCH_LIMIT = 5, /* score bytes per worker the materialised
+                                   path aims for; 0 = auto (2 MiB) */
+    SDPA_OPT_BLOCK_Q = 6,       /* query rows per work item (materialised,
+                                   tiled); 0 = auto */
+    SDPA_OPT_BLOCK_K = 7        /* keys per block (tiled) or per chunk
+                                   (decode); 0 = auto */
     /* 8..999 reserved for stable options; 1000.. for experimental ones. */
 };
 
@@ -227,15 +230,17 @@ enum {
  * 1.x releases may add kernels (new values), so a program should accept a
  * value it does not know there. */
 SDPA_API int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value);
-SDPA_API int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option,
-                              int64_t *value);
+SDPA_API int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option, int64_t *value);
 
 /* ------------------------------------------------------------------------ */
 /* Tensors and the forward call.                                             */
 /* ------------------------------------------------------------------------ */
 enum { SDPA_FLOAT32 = 1, SDPA_FLOAT64 = 2 };
-enum { SDPA_CAUSAL_NONE = 0, SDPA_CAUSAL_TOP_LEFT = 1,
-       SDPA_CAUSAL_BOTTOM_RIGHT = 2 };
+enum {
+    SDPA_CAUSAL_NONE = 0,
+    SDPA_CAUSAL_TOP_LEFT = 1,
+    SDPA_CAUSAL_BOTTOM_RIGHT = 2
+};
 /* Flags of sdpa_forward_args.flags; unknown bits are an error. */
 enum { SDPA_FLAG_MASK_NONZERO_ALLOWS = 1u << 0 };
 
@@ -271,13 +276,13 @@ typedef struct sdpa_tensor {
  * take any non-negative stride[3]; stride[3] of lse is ignored. K and V may
  * be broadcast over N with stride 0. */
 typedef struct sdpa_forward_args {
-    size_t struct_size;       /* sizeof(sdpa_forward_args) */
-    int dtype;                /* SDPA_FLOAT32 or SDPA_FLOAT64 */
-    int causal;               /* SDPA_CAUSAL_* */
-    uint32_t flags;           /* SDPA_FLAG_* */
-    double scale;             /* 0 = 1/sqrt(Dk); else finite and > 0 */
-    double softcap;           /* 0 = off; else finite and > 0 */
-    const int64_t *kv_lens;   /* optional, N valid key lengths in [0, Tk] */
+    size_t struct_size;     /* sizeof(sdpa_forward_args) */
+    int dtype;              /* SDPA_FLOAT32 or SDPA_FLOAT64 */
+    int causal;             /* SDPA_CAUSAL_* */
+    uint32_t flags;         /* SDPA_FLAG_* */
+    double scale;           /* 0 = 1/sqrt(Dk); else finite and > 0 */
+    double softcap;         /* 0 = off; else finite and > 0 */
+    const int64_t *kv_lens; /* optional, N valid key lengths in [0, Tk] */
     sdpa_tensor q, k, v;
     sdpa_tensor mask, bias;
     sdpa_tensor out, weights, lse;
@@ -286,7 +291,10 @@ typedef struct sdpa_forward_args {
 #endif
 } sdpa_forward_args;
 
-#define SDPA_FORWARD_ARGS_INIT { .struct_size = sizeof(sdpa_forward_args) }
+#define SDPA_FORWARD_ARGS_INIT                                                 \
+    {                                                                          \
+        .struct_size = sizeof(sdpa_forward_args)                               \
+    }
 
 /* Compute attention for the whole batch. */
 SDPA_API int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args);

@@ -12,8 +12,8 @@ static int prepare(sdpa_ctx *ctx, const sdpa_forward_args *args,
     return sdpa_make_plan(ctx, problem, plan);
 }
 
-static int execute(sdpa_ctx *ctx, const sdpa_problem *problem,
-                   sdpa_plan *plan, sdpa_where *where)
+static int execute(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan,
+                   sdpa_where *where)
 {
     switch (plan->path) {
     case SDPA_PATH_MATERIALISED:

@@ -10,8 +10,8 @@ static void *default_alloc(void *opaque, size_t size, size_t alignment)
 {
     (void)opaque;
     void *ptr = NULL;
-    if (posix_memalign(&ptr, alignment < sizeof(void *) ? sizeof(void *)
-                                                         : alignment,
+    if (posix_memalign(&ptr,
+                       alignment < sizeof(void *) ? sizeof(void *) : alignment,
                        size ? size : 1) != 0)
         return NULL;
     return ptr;
@@ -63,9 +63,9 @@ int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
     if (!allocator)
         return SDPA_ERR_NULL_POINTER;
     sdpa_allocator known;
-    int imported = sdpa_struct_import(NULL, "allocator", allocator,
-                                      SDPA_ALLOCATOR_SIZE_V1, &known,
-                                      sizeof known);
+    int imported =
+        sdpa_struct_import(NULL, "allocator", allocator, SDPA_ALLOCATOR_SIZE_V1,
+                           &known, sizeof known);
     if (imported != SDPA_OK)
         return imported;
     allocator = &known;
@@ -76,8 +76,8 @@ int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
     int chosen = sdpa_kernel_from_environment(&kernel);
     if (chosen != SDPA_OK)
         return chosen;
-    sdpa_ctx *ctx = allocator->alloc(allocator->opaque, sizeof *ctx,
-                                     _Alignof(sdpa_ctx));
+    sdpa_ctx *ctx =
+        allocator->alloc(allocator->opaque, sizeof *ctx, _Alignof(sdpa_ctx));
     if (!ctx)
         return SDPA_ERR_OUT_OF_MEMORY;
     memset(ctx, 0, sizeof *ctx);

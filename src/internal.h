@@ -30,7 +30,7 @@ struct sdpa_ctx {
     int64_t options[8]; /* indexed by SDPA_OPT_*; [0] unused */
     int kernel;         /* resolved SDPA_KERNEL_* (never AUTO) */
     sdpa_buffer scratch[SDPA_MAX_THREADS]; /* one per worker */
-    sdpa_buffer shared;                     /* read by every worker */
+    sdpa_buffer shared;                    /* read by every worker */
     sdpa_pool *pool;
     char message[256];
 };
@@ -203,16 +203,15 @@ typedef struct sdpa_plan {
     size_t off_q, off_s, off_o, off_m, off_l, off_a;
     size_t off_mask, off_bias; /* a row's gathered mask / bias keys */
     size_t off_live;           /* which keys of a block some row may see */
-    size_t worker_bytes; /* scratch per worker, as reserved: at least what
-                            the plan uses, and never more for a call that is
-                            no larger (README: Usage) */
-    size_t shared_bytes; /* decode: partial results of every chunk, as
-                            reserved likewise */
-    void *shared;        /* set at execution: the shared buffer */
+    size_t worker_bytes;       /* scratch per worker, as reserved: at least what
+                                  the plan uses, and never more for a call that is
+                                  no larger (README: Usage) */
+    size_t shared_bytes;       /* decode: partial results of every chunk, as
+                                  reserved likewise */
+    void *shared;              /* set at execution: the shared buffer */
 } sdpa_plan;
 
-int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem,
-                   sdpa_plan *plan);
+int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan);
 
 /* Region `name` (q, s, o, m, l, a, mask, bias, live) of a worker's
  * scratch, as a T*. */
@@ -226,9 +225,9 @@ typedef struct sdpa_where {
 
 /* The paths' work items. Each computes item `item` on one worker's scratch
  * and returns SDPA_OK or SDPA_ERR_NONFINITE (with *where filled in). */
-typedef int (*sdpa_path_fn)(const sdpa_problem *problem,
-                            const sdpa_plan *plan, int kernel, void *scratch,
-                            int64_t item, sdpa_where *where);
+typedef int (*sdpa_path_fn)(const sdpa_problem *problem, const sdpa_plan *plan,
+                            int kernel, void *scratch, int64_t item,
+                            sdpa_where *where);
 
 int sdpa_materialised_item(const sdpa_problem *problem, const sdpa_plan *plan,
                            int kernel, void *scratch, int64_t item,

@@ -39,10 +39,9 @@ int64_t sdpa_live_keys(const sdpa_problem *p, const sdpa_row_block *slice,
     memset(live, 0, (size_t)bk);
     /* A mask and bias that are the same for every head and row of the
      * slice are read once, up to the furthest row limit. */
-    bool same_rows = (!p->mask.data ||
-                      (p->mask.stride[1] == 0 && p->mask.stride[2] == 0)) &&
-                     (!p->bias.data ||
-                      (p->bias.stride[1] == 0 && p->bias.stride[2] == 0));
+    bool same_rows =
+        (!p->mask.data || (p->mask.stride[1] == 0 && p->mask.stride[2] == 0)) &&
+        (!p->bias.data || (p->bias.stride[1] == 0 && p->bias.stride[2] == 0));
     int64_t count = 0;
     for (int64_t r = 0; r < n && count < bk; r++) {
         int64_t h = slice->head_first + r % slice->heads;

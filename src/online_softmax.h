@@ -26,10 +26,9 @@
  * reads it too). */
 
 #define SDPA_DECLARE_ONLINE(T, SUF)                                            \
-    int sdpa_online_softmax_##SUF(const sdpa_problem *p,                       \
-                                  const sdpa_plan *plan, int kernel,           \
-                                  void *scratch, const sdpa_row_block *blk,    \
-                                  sdpa_where *where);                          \
+    int sdpa_online_softmax_##SUF(                                             \
+        const sdpa_problem *p, const sdpa_plan *plan, int kernel,              \
+        void *scratch, const sdpa_row_block *blk, sdpa_where *where);          \
     int sdpa_finish_row_##SUF(const sdpa_problem *p, int64_t b, int64_t h,     \
                               int64_t i, const T *acc, T m, T l,               \
                               sdpa_where *where);
@@ -48,6 +47,5 @@ SDPA_DECLARE_ONLINE(double, f64)
  *   4           8.4            4.5           6.9          17.0
  *   16          3.4            3.9           3.3           6.0 */
 #define GEMV_MAX_ROWS 4
-
 
 #endif /* SDPA_ONLINE_SOFTMAX_H */

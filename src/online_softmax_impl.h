@@ -6,8 +6,8 @@ static void NAME(gather_queries)(const sdpa_problem *p,
     int64_t r = 0;
     for (int64_t i = 0; i < blk->rows; i++)
         for (int64_t hh = 0; hh < blk->heads; hh++, r++) {
-            const T *src = AT(&p->q, blk->batch, blk->head_first + hh,
-                              blk->row_first + i);
+            const T *src =
+                AT(&p->q, blk->batch, blk->head_first + hh, blk->row_first + i);
             for (int64_t d = 0; d < p->dim_k; d++)
                 dst[r * p->dim_k + d] = src[d];
         }
@@ -42,8 +42,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
 
     int64_t key_end = blk->key_begin;
     for (int64_t r = 0; r < n; r++) {
-        int64_t lim = sdpa_key_limit(p, blk->batch,
-                                     blk->row_first + r / blk->heads);
+        int64_t lim =
+            sdpa_key_limit(p, blk->batch, blk->row_first + r / blk->heads);
         limit[r] = lim < blk->key_end ? lim : blk->key_end;
         key_end = limit[r] > key_end ? limit[r] : key_end;
         m[r] = (T)-INFINITY;
@@ -63,8 +63,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
     const bool filtered = p->mask.data || p->bias.data;
     uint8_t *live = SDPA_REGION(uint8_t, plan, scratch, live);
     for (int64_t kb = blk->key_begin; kb < key_end; kb += plan->block_k) {
-        int64_t bk = key_end - kb < plan->block_k ? key_end - kb
-                                                  : plan->block_k;
+        int64_t bk =
+            key_end - kb < plan->block_k ? key_end - kb : plan->block_k;
         /* Keys no row may see (a mask, a −inf bias) are never read: both
          * products run over the runs of live keys (live_keys.c). */
         int64_t live_count = bk;
@@ -91,8 +91,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                 for (int64_t r = 0; r < m_rows; r++)
                     GEMV(CblasRowMajor, CblasNoTrans, (int)(j1 - j0),
                          (int)p->dim_k, (T)p->scale, k_run, (int)k_ld,
-                         q + (active + r) * q_ld, 1, (T)0,
-                         s_rows + r * ld + j0, 1);
+                         q + (active + r) * q_ld, 1, (T)0, s_rows + r * ld + j0,
+                         1);
             else
                 GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m_rows,
                      (int)(j1 - j0), (int)p->dim_k, (T)p->scale,
@@ -123,13 +123,12 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                                          SDPA_REGION(T, plan, scratch, bias))
                         : NULL;
                 const uint8_t *mask =
-                    p->mask.data
-                        ? sdpa_mask_keys(
-                              p, blk->batch, h, i, kb, lim,
-                              SDPA_REGION(uint8_t, plan, scratch, mask))
-                        : NULL;
-                block_max = rk->mask_max(x, lim, bias, mask,
-                                         p->mask_nonzero_allows);
+                    p->mask.data ? sdpa_mask_keys(p, blk->batch, h, i, kb, lim,
+                                                  SDPA_REGION(uint8_t, plan,
+                                                              scratch, mask))
+                                 : NULL;
+                block_max =
+                    rk->mask_max(x, lim, bias, mask, p->mask_nonzero_allows);
             }
             if (block_max != block_max || block_max == (T)INFINITY) {
                 *where = (sdpa_where){blk->batch, h, i};

@@ -10,19 +10,18 @@ static T *NAME(partial)(const sdpa_problem *p, const sdpa_plan *plan,
     return (T *)plan->shared + index * (size_t)plan->rows * per_row;
 }
 
-static int NAME(decode_chunk_item)(const sdpa_problem *p,
-                                   const sdpa_plan *plan, int kernel,
-                                   void *scratch, int64_t item,
+static int NAME(decode_chunk_item)(const sdpa_problem *p, const sdpa_plan *plan,
+                                   int kernel, void *scratch, int64_t item,
                                    sdpa_where *where)
 {
     int64_t chunk = item % plan->chunks;
     int64_t group_item = item / plan->chunks; /* b · Hkv + KV head */
     int64_t hk = group_item % p->heads_kv, b = group_item / p->heads_kv;
     int64_t begin = chunk * plan->chunk_len;
-    int64_t end = begin + plan->chunk_len < p->len_k ? begin + plan->chunk_len
-                                                     : p->len_k;
-    sdpa_row_block blk = {b,    hk, hk * p->group, p->group, 0, p->len_q,
-                          begin, end};
+    int64_t end =
+        begin + plan->chunk_len < p->len_k ? begin + plan->chunk_len : p->len_k;
+    sdpa_row_block blk = {b, hk,       hk * p->group, p->group,
+                          0, p->len_q, begin,         end};
     int status =
         NAME(sdpa_online_softmax)(p, plan, kernel, scratch, &blk, where);
     if (status != SDPA_OK)
@@ -42,10 +41,9 @@ static int NAME(decode_chunk_item)(const sdpa_problem *p,
 
 /* Merges the chunks of one (b, KV head) in chunk order — the same order for
  * every thread count — and writes the outputs. */
-static int NAME(decode_merge_item)(const sdpa_problem *p,
-                                   const sdpa_plan *plan, int kernel,
-                                   void *scratch, int64_t group_item,
-                                   sdpa_where *where)
+static int NAME(decode_merge_item)(const sdpa_problem *p, const sdpa_plan *plan,
+                                   int kernel, void *scratch,
+                                   int64_t group_item, sdpa_where *where)
 {
     (void)kernel;
     int64_t hk = group_item % p->heads_kv, b = group_item / p->heads_kv;

@@ -24,8 +24,8 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
     int64_t b = item / plan->q_blocks / p->heads_q;
     int64_t hk = h / p->group;
     int64_t i0 = q_block * plan->block_q;
-    int64_t rows = p->len_q - i0 < plan->block_q ? p->len_q - i0
-                                                 : plan->block_q;
+    int64_t rows =
+        p->len_q - i0 < plan->block_q ? p->len_q - i0 : plan->block_q;
     int64_t last_limit = sdpa_key_limit(p, b, i0 + rows - 1);
     int64_t ncols = last_limit > 0 ? last_limit : 0;
 
@@ -72,8 +72,7 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows,
                  (int)(j1 - j0), (int)p->dim_k, (T)p->scale,
                  AT(&p->q, b, h, i0), (int)sdpa_row_stride(&p->q, p->dim_k),
-                 AT(&p->k, b, hk, j0), (int)k_ld, (T)0, s + j0,
-                 (int)ld);
+                 AT(&p->k, b, hk, j0), (int)k_ld, (T)0, s + j0, (int)ld);
         }
         if (p->softcap > 0)
             for (int64_t r = 0; r < rows; r++)
@@ -96,9 +95,9 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
                 ? sdpa_mask_keys(p, b, h, i, 0, limit,
                                  SDPA_REGION(uint8_t, plan, scratch, mask))
                 : NULL;
-        T m = limit > 0 ? rk->mask_max(x, limit, bias, mask,
-                                       p->mask_nonzero_allows)
-                        : (T)-INFINITY;
+        T m = limit > 0
+                  ? rk->mask_max(x, limit, bias, mask, p->mask_nonzero_allows)
+                  : (T)-INFINITY;
         T sum = 0, lse = (T)-INFINITY;
         if (m != m || m == (T)INFINITY) {
             *where = (sdpa_where){b, h, i};

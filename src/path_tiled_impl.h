@@ -8,10 +8,10 @@ static int NAME(tiled_item)(const sdpa_problem *p, const sdpa_plan *plan,
     int64_t hk = (item / plan->q_blocks) % p->heads_kv;
     int64_t b = item / plan->q_blocks / p->heads_kv;
     int64_t i0 = q_block * plan->block_q;
-    int64_t rows = p->len_q - i0 < plan->block_q ? p->len_q - i0
-                                                 : plan->block_q;
-    sdpa_row_block blk = {b,  hk,   hk * p->group, p->group,
-                          i0, rows, 0,             p->len_k};
+    int64_t rows =
+        p->len_q - i0 < plan->block_q ? p->len_q - i0 : plan->block_q;
+    sdpa_row_block blk = {b,    hk, hk * p->group, p->group, i0,
+                          rows, 0,  p->len_k};
     int status =
         NAME(sdpa_online_softmax)(p, plan, kernel, scratch, &blk, where);
     const T *acc = SDPA_REGION(T, plan, scratch, o);

@@ -50,7 +50,10 @@
 #define DECODE_CHUNK 512
 #define DECODE_MIN_CHUNK 16
 
-static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+static int64_t round_up(int64_t x, int64_t to)
+{
+    return (x + to - 1) / to * to;
+}
 
 /* a · b for non-negative a, b; false when it does not fit int64_t. Every
  * product of extents below goes through here: validation bounds the
@@ -73,7 +76,10 @@ static bool count_of(int64_t a, int64_t b, size_t *r)
     *r = (size_t)c;
     return true;
 }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
 
 static int64_t score_budget(const sdpa_ctx *ctx)
 {
@@ -103,16 +109,17 @@ static void materialised_reserve(const sdpa_ctx *ctx, const sdpa_problem *p,
                                  int64_t score_ld, int64_t *score_elems,
                                  int64_t *rows)
 {
-    int64_t cap = ctx->options[SDPA_OPT_BLOCK_Q] ? ctx->options[SDPA_OPT_BLOCK_Q]
-                                                 : MAX_BLOCK_Q;
+    int64_t cap = ctx->options[SDPA_OPT_BLOCK_Q]
+                      ? ctx->options[SDPA_OPT_BLOCK_Q]
+                      : MAX_BLOCK_Q;
     *rows = min64(cap, p->len_q);
     int64_t elems = *rows * score_ld;
     if (ctx->options[SDPA_OPT_BLOCK_Q] == 0) {
         /* block ≤ max(MIN_BLOCK_Q, budget / row bytes) */
         int64_t budget_elems = score_budget(ctx) / (int64_t)p->elem_size;
         int64_t floor_elems = MIN_BLOCK_Q * score_ld;
-        elems = min64(elems, budget_elems > floor_elems ? budget_elems
-                                                        : floor_elems);
+        elems = min64(elems,
+                      budget_elems > floor_elems ? budget_elems : floor_elems);
     }
     *score_elems = elems;
 }
@@ -122,22 +129,27 @@ static void materialised_reserve(const sdpa_ctx *ctx, const sdpa_problem *p,
  * is given to the row kernels at once, for which a mask or bias whose key
  * stride is not 1 is gathered (regions mask and bias) and, with a mask or
  * bias, which keys some row may see is noted (region live). */
-static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q,
-                    size_t s, size_t o, size_t rows, size_t keys)
+static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
+                    size_t o, size_t rows, size_t keys)
 {
     enum { REGIONS = 9 };
     const size_t es = p->elem_size;
     const size_t counts[REGIONS] = {
-        q, s, o, rows, rows, rows,
+        q,
+        s,
+        o,
+        rows,
+        rows,
+        rows,
         p->mask.data && p->mask.stride[3] != 1 ? keys : 0,
         p->bias.data && p->bias.stride[3] != 1 ? keys : 0,
         p->mask.data || p->bias.data ? keys : 0};
     const size_t sizes[REGIONS] = {es, es, es, es, es, sizeof(int64_t),
                                    1,  es, 1};
-    size_t *offsets[REGIONS] = {&plan->off_q,    &plan->off_s, &plan->off_o,
-                                &plan->off_m,    &plan->off_l, &plan->off_a,
-                                &plan->off_mask, &plan->off_bias,
-                                &plan->off_live};
+    size_t *offsets[REGIONS] = {
+        &plan->off_q,    &plan->off_s,    &plan->off_o,
+        &plan->off_m,    &plan->off_l,    &plan->off_a,
+        &plan->off_mask, &plan->off_bias, &plan->off_live};
     size_t at = 0;
     for (int i = 0; i < REGIONS; i++) {
         size_t bytes;
@@ -195,11 +207,10 @@ static void largest_calls(const sdpa_problem *p, const sdpa_plan *plan,
  * The defaults count the stacked rows of a whole GQA group; block_q is the
  * query rows of each head (SDPA_OPT_BLOCK_Q sets it directly). */
 static void tiled_blocks(const sdpa_ctx *ctx, const sdpa_problem *p,
-                         bool blas_parallel, int64_t *block_q,
-                         int64_t *block_k)
+                         bool blas_parallel, int64_t *block_q, int64_t *block_k)
 {
-    bool causal = p->causal != SDPA_CAUSAL_NONE &&
-                  p->len_q < CAUSAL_SMALL_TILES_BELOW;
+    bool causal =
+        p->causal != SDPA_CAUSAL_NONE && p->len_q < CAUSAL_SMALL_TILES_BELOW;
     int64_t bq = causal ? CAUSAL_BLOCK_Q : TILED_BLOCK_Q;
     int64_t bk = causal ? CAUSAL_BLOCK_K : TILED_BLOCK_K;
     if (blas_parallel) {
@@ -261,8 +272,7 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         /* region s: the scores (unless they live in the caller's weights);
          * region m: the 1/sum of each row */
         int64_t s_elems, s_rows;
-        ok = score_ld <= INT_MAX &&
-             mul64(n, p->heads_q, &plan->work_items) &&
+        ok = score_ld <= INT_MAX && mul64(n, p->heads_q, &plan->work_items) &&
              mul64(plan->work_items, plan->q_blocks, &plan->work_items);
         if (!ok)
             break;
@@ -291,8 +301,7 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
     default: {
         /* every query row of a GQA group, stacked: one gemm's M */
         int64_t partial_rows;
-        ok = mul64(p->group, p->len_q, &plan->rows) &&
-             plan->rows <= INT_MAX;
+        ok = mul64(p->group, p->len_q, &plan->rows) && plan->rows <= INT_MAX;
         if (!ok)
             break;
         plan->chunk_len =
@@ -307,25 +316,27 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
          * (decode_chunk shrinks as rows grow, but jumps up past the gemv
          * rows). */
         int64_t longest = min64(opt_k ? opt_k : DECODE_CHUNK, p->len_k);
-        int64_t shortest = opt_k ? plan->chunk_len : min64(
-            decode_chunk(p, plan->rows, blas_parallel),
-            decode_chunk(p, min64(plan->rows, GEMV_MAX_ROWS), blas_parallel));
+        int64_t shortest =
+            opt_k ? plan->chunk_len
+                  : min64(decode_chunk(p, plan->rows, blas_parallel),
+                          decode_chunk(p, min64(plan->rows, GEMV_MAX_ROWS),
+                                       blas_parallel));
         shortest = min64(shortest, p->len_k);
         int64_t most_chunks = (p->len_k + shortest - 1) / shortest;
         int64_t reserved_items;
-        ok = mul64(n, p->heads_kv, &plan->merge_items) &&
-             mul64(plan->merge_items, plan->chunks, &plan->work_items) &&
-             mul64(plan->merge_items, most_chunks, &reserved_items) &&
-             count_of(plan->rows, dk, &q_count) &&
-             count_of(plan->rows, round_up(longest, per_line), &s_count) &&
-             count_of(plan->rows, dv, &o_count) &&
-             lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
-                     (size_t)longest) &&
-             /* the partial results: rows · (Dv + 2) values per chunk */
-             mul64(reserved_items, plan->rows, &partial_rows) &&
-             sdpa_mul_size((size_t)partial_rows,
-                           (size_t)(dv + 2) * p->elem_size,
-                           &plan->shared_bytes);
+        ok =
+            mul64(n, p->heads_kv, &plan->merge_items) &&
+            mul64(plan->merge_items, plan->chunks, &plan->work_items) &&
+            mul64(plan->merge_items, most_chunks, &reserved_items) &&
+            count_of(plan->rows, dk, &q_count) &&
+            count_of(plan->rows, round_up(longest, per_line), &s_count) &&
+            count_of(plan->rows, dv, &o_count) &&
+            lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
+                    (size_t)longest) &&
+            /* the partial results: rows · (Dv + 2) values per chunk */
+            mul64(reserved_items, plan->rows, &partial_rows) &&
+            sdpa_mul_size((size_t)partial_rows, (size_t)(dv + 2) * p->elem_size,
+                          &plan->shared_bytes);
         break;
     }
     }

@@ -44,11 +44,12 @@
 
 #define SDPA_DECLARE_ROW_KERNELS(T, SUF)                                       \
     typedef struct sdpa_row_kernels_##SUF {                                    \
-        T (*mask_max)(T *x, int64_t n, const T *bias, const uint8_t *mask,     \
-                      bool mask_nonzero_allows);                               \
-        T (*exp_sum)(T *x, int64_t n, T m);                                    \
-        void (*scale)(T *x, int64_t n, T c);                                   \
-        void (*softcap)(T *x, int64_t n, T c);                                 \
+        T(*mask_max)                                                           \
+        (T * x, int64_t n, const T *bias, const uint8_t *mask,                 \
+         bool mask_nonzero_allows);                                            \
+        T (*exp_sum)(T * x, int64_t n, T m);                                   \
+        void (*scale)(T * x, int64_t n, T c);                                  \
+        void (*softcap)(T * x, int64_t n, T c);                                \
     } sdpa_row_kernels_##SUF;                                                  \
     extern const sdpa_row_kernels_##SUF sdpa_rows_portable_##SUF;              \
     extern const sdpa_row_kernels_##SUF sdpa_rows_avx2_##SUF;                  \

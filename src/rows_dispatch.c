@@ -50,8 +50,8 @@ static const char *const kernel_names[] = {
 
 const char *sdpa_kernel_name(int kernel)
 {
-    if (kernel >= 0 && kernel < (int)(sizeof kernel_names /
-                                      sizeof kernel_names[0]))
+    if (kernel >= 0 &&
+        kernel < (int)(sizeof kernel_names / sizeof kernel_names[0]))
         return kernel_names[kernel];
     return "unknown";
 }

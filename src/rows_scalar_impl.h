@@ -6,8 +6,7 @@
  * *nan whether a NaN was met (the max alone would drop it). */
 static inline T NAME(scalar_mask_max)(T *x, int64_t from, int64_t n,
                                       const T *bias, const uint8_t *mask,
-                                      bool mask_nonzero_allows, T m,
-                                      bool *nan)
+                                      bool mask_nonzero_allows, T m, bool *nan)
 {
     for (int64_t j = from; j < n; j++) {
         T v = x[j];
@@ -23,8 +22,7 @@ static inline T NAME(scalar_mask_max)(T *x, int64_t from, int64_t n,
 }
 
 /* x = exp(x − m); returns sum + the new values. */
-static inline T NAME(scalar_exp_sum)(T *x, int64_t from, int64_t n, T m,
-                                     T sum)
+static inline T NAME(scalar_exp_sum)(T *x, int64_t from, int64_t n, T m, T sum)
 {
     for (int64_t j = from; j < n; j++) {
         T e = NAME(sdpa_exp_neg)(x[j] - m);

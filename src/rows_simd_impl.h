@@ -42,7 +42,7 @@ static inline void KERNEL_NAME(vexp_neg)(VT *x, int u)
 }
 
 static T KERNEL_NAME(mask_max)(T *x, int64_t n, const T *bias,
-                             const uint8_t *mask, bool mask_nonzero_allows)
+                               const uint8_t *mask, bool mask_nonzero_allows)
 {
     const VT minus_inf = VSET1((T)-INFINITY);
     VT vmax = minus_inf;

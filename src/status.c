@@ -33,6 +33,12 @@ const char *sdpa_status_string(int status)
     return names[status];
 }
 
-unsigned sdpa_version_number(void) { return SDPA_VERSION_NUMBER; }
+unsigned sdpa_version_number(void)
+{
+    return SDPA_VERSION_NUMBER;
+}
 
-const char *sdpa_version_string(void) { return SDPA_VERSION_STRING; }
+const char *sdpa_version_string(void)
+{
+    return SDPA_VERSION_STRING;
+}

@@ -57,8 +57,7 @@ static int check_shape(sdpa_ctx *ctx, const tensor_rule *r)
                              "%lld: they must agree%s",
                              r->name, d, (long long)got, want->source,
                              (long long)want->value,
-                             r->broadcastable ? " (or be 1 to broadcast)"
-                                              : "");
+                             r->broadcastable ? " (or be 1 to broadcast)" : "");
     }
     return SDPA_OK;
 }
@@ -147,9 +146,9 @@ static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
                          "sdpa_forward: the extent of %s overflows the "
                          "address space",
                          r->name);
-    if (r->rows_for_blas && (t->shape[T_DIM] > INT_MAX ||
-                             t->shape[D_DIM] > INT_MAX ||
-                             stride[T_DIM] > INT_MAX))
+    if (r->rows_for_blas &&
+        (t->shape[T_DIM] > INT_MAX || t->shape[D_DIM] > INT_MAX ||
+         stride[T_DIM] > INT_MAX))
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
                          "sdpa_forward: %s has a row count, row length or "
                          "row stride above the BLAS int limit %d",
@@ -237,16 +236,14 @@ static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
                     (long long)h,
                     heads == 1 && p->heads_q > 1 ? " (and every head)" : "",
                     (long long)i,
-                    rows == 1 && p->len_q > 1 && scan ? " (and every row)"
-                                                      : "",
+                    rows == 1 && p->len_q > 1 && scan ? " (and every row)" : "",
                     limit <= 0 ? "key length and causal mask exclude all"
                                : "mask/bias forbid every key");
             }
     return SDPA_OK;
 }
 
-int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
-                  sdpa_problem *p)
+int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
 {
     if (!ctx)
         return SDPA_ERR_NULL_POINTER;
@@ -325,22 +322,94 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
     /* Columns: name, tensor, view, required, is_output, broadcastable,
      * rows_for_blas, any_inner, inner_unused, element size, extents. */
     tensor_rule rules[] = {
-        {"q", &args->q, &p->q, true, false, false, true, false, false, es,
+        {"q",
+         &args->q,
+         &p->q,
+         true,
+         false,
+         false,
+         true,
+         false,
+         false,
+         es,
          {N, HQ, TQ, DK}},
-        {"k", &args->k, &p->k, true, false, false, true, false, false, es,
+        {"k",
+         &args->k,
+         &p->k,
+         true,
+         false,
+         false,
+         true,
+         false,
+         false,
+         es,
          {N, HKV, TK, DK}},
-        {"v", &args->v, &p->v, true, false, false, true, false, false, es,
+        {"v",
+         &args->v,
+         &p->v,
+         true,
+         false,
+         false,
+         true,
+         false,
+         false,
+         es,
          {N, HKV, TK, DV}},
-        {"mask", &args->mask, &p->mask, false, false, true, false, true,
-         false, 1, {N, HQ, TQ, TK}},
-        {"bias", &args->bias, &p->bias, false, false, true, false, true,
-         false, es, {N, HQ, TQ, TK}},
-        {"out", &args->out, &p->out, true, true, false, true, false, false,
-         es, {N, HQ, TQ, DV}},
-        {"weights", &args->weights, &p->weights, false, true, false, true,
-         false, false, es, {N, HQ, TQ, TK}},
-        {"lse", &args->lse, &p->lse, false, true, false, false, false, true,
-         es, {N, HQ, TQ, ONE}},
+        {"mask",
+         &args->mask,
+         &p->mask,
+         false,
+         false,
+         true,
+         false,
+         true,
+         false,
+         1,
+         {N, HQ, TQ, TK}},
+        {"bias",
+         &args->bias,
+         &p->bias,
+         false,
+         false,
+         true,
+         false,
+         true,
+         false,
+         es,
+         {N, HQ, TQ, TK}},
+        {"out",
+         &args->out,
+         &p->out,
+         true,
+         true,
+         false,
+         true,
+         false,
+         false,
+         es,
+         {N, HQ, TQ, DV}},
+        {"weights",
+         &args->weights,
+         &p->weights,
+         false,
+         true,
+         false,
+         true,
+         false,
+         false,
+         es,
+         {N, HQ, TQ, TK}},
+        {"lse",
+         &args->lse,
+         &p->lse,
+         false,
+         true,
+         false,
+         false,
+         false,
+         true,
+         es,
+         {N, HQ, TQ, ONE}},
     };
     enum { RULES = sizeof rules / sizeof rules[0] };
     for (int i = 0; i < RULES; i++)
@@ -367,9 +436,9 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
         if (status == SDPA_OK) {
             size_t bytes = 0;
             status = check_strides(ctx, r, &bytes);
-            ranges[nranges++] = (byte_range){
-                r->name, r->is_output, (uintptr_t)r->tensor->data,
-                (uintptr_t)r->tensor->data + bytes};
+            ranges[nranges++] =
+                (byte_range){r->name, r->is_output, (uintptr_t)r->tensor->data,
+                             (uintptr_t)r->tensor->data + bytes};
         }
         if (status != SDPA_OK)
             return status;
@@ -383,9 +452,9 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
                                  "outside [0, Tk = %lld]",
                                  (long long)b, (long long)args->kv_lens[b],
                                  (long long)tk);
-        ranges[nranges++] = (byte_range){"kv_lens", false,
-                                         (uintptr_t)args->kv_lens,
-                                         (uintptr_t)(args->kv_lens + n)};
+        ranges[nranges++] =
+            (byte_range){"kv_lens", false, (uintptr_t)args->kv_lens,
+                         (uintptr_t)(args->kv_lens + n)};
     }
 
     /* Outputs must not meet each other or any input. */

@@ -53,7 +53,7 @@ static const double sdpa_inv_factorial[14] = {
 
 #define SDPA_EXP_DEGREE_f64 13
 #define SDPA_EXP_LOWEST_f64 (-708.3964185322641) /* log(DBL_MIN) */
-#define SDPA_EXP_MAGIC_f64 6755399441055744.0   /* 1.5 · 2^52 */
+#define SDPA_EXP_MAGIC_f64 6755399441055744.0    /* 1.5 · 2^52 */
 #define SDPA_EXP_LOG2E_f64 1.4426950408889634074
 #define SDPA_EXP_LN2HI_f64 6.93147180369123816490e-01 /* fdlibm split */
 #define SDPA_EXP_LN2LO_f64 1.90821492927058770002e-10
@@ -109,7 +109,7 @@ static const double sdpa_tanh_taylor[17] = {
     static inline T sdpa_exp_neg_##SUF(T x)                                    \
     {                                                                          \
         if (!(x >= SDPA_EXP_LOWEST_##SUF))                                     \
-            return (T)0; /* tiny, -inf and NaN → 0 */           \
+            return (T)0; /* tiny, -inf and NaN → 0 */                        \
         T t = x * SDPA_EXP_LOG2E_##SUF + SDPA_EXP_MAGIC_##SUF;                 \
         T n = t - SDPA_EXP_MAGIC_##SUF;                                        \
         T r = x - n * SDPA_EXP_LN2HI_##SUF;                                    \
@@ -119,8 +119,8 @@ static const double sdpa_tanh_taylor[17] = {
             p = p * r + (T)sdpa_inv_factorial[k];                              \
         UINT bits;                                                             \
         memcpy(&bits, &t, sizeof bits);                                        \
-        /* The low bits of t hold n (two's complement): shift n + bias     */ \
-        /* into the exponent field; the magic's own bits shift out.        */ \
+        /* The low bits of t hold n (two's complement): shift n + bias     */  \
+        /* into the exponent field; the magic's own bits shift out.        */  \
         bits = (bits + SDPA_EXP_BIAS_##SUF) << SDPA_EXP_MANT_##SUF;            \
         T two_n;                                                               \
         memcpy(&two_n, &bits, sizeof two_n);                                   \

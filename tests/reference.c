@@ -109,8 +109,7 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                     long double bv = 0.0L;
                     if (a->bias.data) {
                         bv = ref_get(&a->bias, dt, bidx(&a->bias, 0, b),
-                                     bidx(&a->bias, 1, h),
-                                     bidx(&a->bias, 2, i),
+                                     bidx(&a->bias, 1, h), bidx(&a->bias, 2, i),
                                      bidx(&a->bias, 3, j));
                         if (isinf(bv) && bv < 0)
                             allowed = 0;

@@ -21,7 +21,8 @@ typedef struct ref_result {
     long double *out;
     long double *weights;
     long double *lse;
-    /* [N, Hq, Tq, Tk]: 1 when key j is allowed for the row, 0 when forbidden. */
+    /* [N, Hq, Tq, Tk]: 1 when key j is allowed for the row, 0 when forbidden.
+     */
     unsigned char *allowed;
     /* Largest |logit| bound over allowed entries: scale * sum_r |q_r k_r|
      * (before softcap) plus |bias|; used to derive rounding tolerances. */

@@ -128,9 +128,9 @@ static void fx_reset(fx *f)
     f->a = f->base;
     f->kv_lens[0] = TK;
     f->kv_lens[1] = 3;
-    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_EMPTY_ROWS,
-                                      SDPA_EMPTY_ROWS_ERROR),
-                     SDPA_OK);
+    assert_int_equal(
+        sdpa_ctx_set_int(f->ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ERROR),
+        SDPA_OK);
     assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, SDPA_PATH_AUTO),
                      SDPA_OK);
 }
@@ -200,8 +200,8 @@ static void expect_status(fx *f, int status, const char *what,
     int st = sdpa_forward(f->ctx, &f->a);
     if (st != status)
         print_error("%s: got %d (%s: %s), want %d (%s)\n", what, st,
-                    sdpa_status_string(st), sdpa_ctx_last_error(f->ctx),
-                    status, sdpa_status_string(status));
+                    sdpa_status_string(st), sdpa_ctx_last_error(f->ctx), status,
+                    sdpa_status_string(status));
     assert_int_equal(st, status);
     if (status == SDPA_OK) {
         assert_string_equal(sdpa_ctx_last_error(f->ctx), "");
@@ -225,14 +225,18 @@ static void expect_status(fx *f, int status, const char *what,
 #define CASE(status, needles, ...)                                             \
     do {                                                                       \
         fx_reset(f);                                                           \
-        {__VA_ARGS__;}                                                         \
+        {                                                                      \
+            __VA_ARGS__;                                                       \
+        }                                                                      \
         expect_status(f, status, #__VA_ARGS__, needles);                       \
     } while (0)
 
 #define CASE_MIN(status, needles, ...)                                         \
     do {                                                                       \
         fx_minimal(f);                                                         \
-        {__VA_ARGS__;}                                                         \
+        {                                                                      \
+            __VA_ARGS__;                                                       \
+        }                                                                      \
         expect_status(f, status, #__VA_ARGS__, needles);                       \
     } while (0)
 
@@ -393,25 +397,34 @@ static void test_bad_dim(void **state)
     fx *f = *state;
     /* Consistent non-positive extents (so no mismatch is involved). */
     CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Tq", "q", "out", "dim"),
-             f->a.q.shape[2] = 0; f->a.out.shape[2] = 0);
+             f->a.q.shape[2] = 0;
+             f->a.out.shape[2] = 0);
     CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Dk", "q", "k", "dim"),
-             f->a.q.shape[3] = 0; f->a.k.shape[3] = 0);
+             f->a.q.shape[3] = 0;
+             f->a.k.shape[3] = 0);
     CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Tk", "k", "v", "dim"),
-             f->a.k.shape[2] = 0; f->a.v.shape[2] = 0);
+             f->a.k.shape[2] = 0;
+             f->a.v.shape[2] = 0);
     CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Dv", "v", "out", "dim"),
-             f->a.v.shape[3] = 0; f->a.out.shape[3] = 0);
+             f->a.v.shape[3] = 0;
+             f->a.out.shape[3] = 0);
     CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Hq", "q", "out", "dim", "head"),
-             f->a.q.shape[1] = -4; f->a.out.shape[1] = -4);
+             f->a.q.shape[1] = -4;
+             f->a.out.shape[1] = -4);
     CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Hkv", "k", "v", "dim", "head"),
-             f->a.k.shape[1] = 0; f->a.v.shape[1] = 0);
-    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("N", "q", "k", "v", "out", "dim", "batch"),
-             f->a.q.shape[0] = -1; f->a.k.shape[0] = -1; f->a.v.shape[0] = -1;
-             f->a.out.shape[0] = -1);
-    CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("N", "q", "k", "v", "out", "dim", "batch"),
-             f->a.q.shape[0] = 0; f->a.k.shape[0] = 0; f->a.v.shape[0] = 0;
-             f->a.out.shape[0] = 0);
+             f->a.k.shape[1] = 0;
+             f->a.v.shape[1] = 0);
+    CASE_MIN(
+        SDPA_ERR_BAD_DIM, NEEDLES("N", "q", "k", "v", "out", "dim", "batch"),
+        f->a.q.shape[0] = -1;
+        f->a.k.shape[0] = -1; f->a.v.shape[0] = -1; f->a.out.shape[0] = -1);
+    CASE_MIN(SDPA_ERR_BAD_DIM,
+             NEEDLES("N", "q", "k", "v", "out", "dim", "batch"),
+             f->a.q.shape[0] = 0;
+             f->a.k.shape[0] = 0; f->a.v.shape[0] = 0; f->a.out.shape[0] = 0);
     CASE_MIN(SDPA_ERR_BAD_DIM, NEEDLES("Dk", "dim", "q", "k"),
-             f->a.q.shape[3] = INT64_MIN; f->a.k.shape[3] = INT64_MIN);
+             f->a.q.shape[3] = INT64_MIN;
+             f->a.k.shape[3] = INT64_MIN);
 }
 
 /* A mask that allows every key, for any shape the fixture's mask has. */
@@ -448,8 +461,9 @@ static void test_shape_mismatch(void **state)
          f->a.mask.data = (void *)(uintptr_t)all_allowed);
     CASE(SDPA_OK, NULL, f->a.bias.shape[3] = 1);
     /* N disagrees: q and out say 1, k and v say 2 (no stride 0). */
-    CASE_MIN(SDPA_ERR_SHAPE_MISMATCH, NEEDLES("q", "k", "v", "out", "N", "batch"),
-             f->a.q.shape[0] = 1; f->a.out.shape[0] = 1);
+    CASE_MIN(SDPA_ERR_SHAPE_MISMATCH,
+             NEEDLES("q", "k", "v", "out", "N", "batch"), f->a.q.shape[0] = 1;
+             f->a.out.shape[0] = 1);
 }
 
 static void test_bad_stride(void **state)
@@ -494,24 +508,24 @@ static void test_overlap(void **state)
     char *ar = f->arena;
     /* q lives in the arena; out starts inside it. */
     CASE(SDPA_ERR_OVERLAP, NEEDLES("out"),
-         memcpy(ar, f->q.mem, f->q.elems * es); f->a.q.data = ar;
-         f->a.out.data = ar + 10 * es);
+         memcpy(ar, f->q.mem, f->q.elems * es);
+         f->a.q.data = ar; f->a.out.data = ar + 10 * es);
     CASE(SDPA_ERR_OVERLAP, NEEDLES("out"),
-         memcpy(ar, f->q.mem, f->q.elems * es); f->a.q.data = ar;
-         f->a.out.data = ar);
+         memcpy(ar, f->q.mem, f->q.elems * es);
+         f->a.q.data = ar; f->a.out.data = ar);
     /* out overlapping k, v, bias, mask. */
     CASE(SDPA_ERR_OVERLAP, NEEDLES("out"),
-         memcpy(ar, f->k.mem, f->k.elems * es); f->a.k.data = ar;
-         f->a.out.data = ar + 3 * es);
+         memcpy(ar, f->k.mem, f->k.elems * es);
+         f->a.k.data = ar; f->a.out.data = ar + 3 * es);
     CASE(SDPA_ERR_OVERLAP, NEEDLES("out"),
          memcpy(ar + 64 * es, f->v.mem, f->v.elems * es);
          f->a.v.data = ar + 64 * es; f->a.out.data = ar);
     CASE(SDPA_ERR_OVERLAP, NEEDLES("out", "bias"),
-         memcpy(ar, f->bias.mem, f->bias.elems * es); f->a.bias.data = ar;
-         f->a.out.data = ar + es);
+         memcpy(ar, f->bias.mem, f->bias.elems * es);
+         f->a.bias.data = ar; f->a.out.data = ar + es);
     CASE(SDPA_ERR_OVERLAP, NEEDLES("out", "mask"),
-         memcpy(ar + 8, f->mask.mem, f->mask.elems); f->a.mask.data = ar + 8;
-         f->a.out.data = ar);
+         memcpy(ar + 8, f->mask.mem, f->mask.elems);
+         f->a.mask.data = ar + 8; f->a.out.data = ar);
     /* Outputs overlapping each other. */
     CASE(SDPA_ERR_OVERLAP, NEEDLES("weights"),
          f->a.weights.data = (char *)f->out.mem + 5 * es);
@@ -519,8 +533,8 @@ static void test_overlap(void **state)
          f->a.lse.data = (char *)f->w.mem + 7 * es);
     CASE(SDPA_ERR_OVERLAP, NEEDLES("lse"), f->a.lse.data = f->out.mem);
     CASE(SDPA_ERR_OVERLAP, NEEDLES("weights", "q"),
-         memcpy(ar, f->q.mem, f->q.elems * es); f->a.q.data = ar;
-         f->a.weights.data = ar + es);
+         memcpy(ar, f->q.mem, f->q.elems * es);
+         f->a.q.data = ar; f->a.weights.data = ar + es);
     /* Control: disjoint outputs in one buffer are fine. */
     fx_reset(f);
     f->a.out.data = ar;
@@ -547,26 +561,29 @@ static void test_overflow(void **state)
              f->a.v.stride[1] = (int64_t)1 << 62);
     /* Tq = Tk = 2^40 rows of Dk = 2^40: spans overflow. */
     CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("q", "overflow", "Tq"),
-             f->a.q.shape[2] = BIG; f->a.out.shape[2] = BIG;
-             f->a.q.shape[3] = BIG; f->a.k.shape[3] = BIG;
-             f->a.q.stride[2] = BIG; f->a.q.stride[1] = (int64_t)1 << 62;
+             f->a.q.shape[2] = BIG;
+             f->a.out.shape[2] = BIG; f->a.q.shape[3] = BIG;
+             f->a.k.shape[3] = BIG; f->a.q.stride[2] = BIG;
+             f->a.q.stride[1] = (int64_t)1 << 62;
              f->a.q.stride[0] = (int64_t)1 << 62; f->a.k.stride[2] = BIG;
              f->a.k.stride[1] = BIG * 8; f->a.k.stride[0] = BIG * 16);
     /* Extents that fit size_t but not the BLAS int: Dk = 2^40 (gemm K and
      * leading dimensions), a row stride of 2^31, Tq = 2^40 (gemm M). */
     CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("Dk", "q", "k", "overflow", "int"),
-             f->a.q.shape[3] = BIG; f->a.k.shape[3] = BIG;
-             f->a.q.stride[2] = BIG; f->a.q.stride[1] = BIG * 4;
-             f->a.q.stride[0] = BIG * 16; f->a.k.stride[2] = BIG;
-             f->a.k.stride[1] = BIG * 8; f->a.k.stride[0] = BIG * 16);
+             f->a.q.shape[3] = BIG;
+             f->a.k.shape[3] = BIG; f->a.q.stride[2] = BIG;
+             f->a.q.stride[1] = BIG * 4; f->a.q.stride[0] = BIG * 16;
+             f->a.k.stride[2] = BIG; f->a.k.stride[1] = BIG * 8;
+             f->a.k.stride[0] = BIG * 16);
     CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("q", "stride", "overflow", "int"),
              f->a.q.stride[2] = (int64_t)1 << 31;
              f->a.q.stride[1] = ((int64_t)1 << 31) * 4;
              f->a.q.stride[0] = ((int64_t)1 << 31) * 16);
     CASE_MIN(SDPA_ERR_OVERFLOW, NEEDLES("q", "Tq", "overflow", "int"),
-             f->a.q.shape[2] = BIG; f->a.out.shape[2] = BIG;
-             f->a.q.stride[1] = BIG * DK; f->a.q.stride[0] = BIG * DK * HQ;
-             f->a.out.stride[1] = BIG * DV; f->a.out.stride[0] = BIG * DV * HQ);
+             f->a.q.shape[2] = BIG;
+             f->a.out.shape[2] = BIG; f->a.q.stride[1] = BIG * DK;
+             f->a.q.stride[0] = BIG * DK * HQ; f->a.out.stride[1] = BIG * DV;
+             f->a.out.stride[0] = BIG * DV * HQ);
 }
 
 /* A view of shape {n, h, t, d} at a made-up address, never dereferenced:
@@ -664,11 +681,14 @@ static void test_head_grouping(void **state)
 {
     fx *f = *state;
     CASE(SDPA_ERR_HEAD_GROUPING, NEEDLES("Hq", "Hkv", "head"),
-         f->a.k.shape[1] = 3; f->a.v.shape[1] = 3);
+         f->a.k.shape[1] = 3;
+         f->a.v.shape[1] = 3);
     CASE(SDPA_ERR_HEAD_GROUPING, NEEDLES("Hq", "Hkv", "head"),
-         f->a.k.shape[1] = 8; f->a.v.shape[1] = 8);
+         f->a.k.shape[1] = 8;
+         f->a.v.shape[1] = 8);
     CASE_MIN(SDPA_ERR_HEAD_GROUPING, NEEDLES("Hq", "Hkv", "head"),
-             f->a.q.shape[1] = 3; f->a.out.shape[1] = 3);
+             f->a.q.shape[1] = 3;
+             f->a.out.shape[1] = 3);
 }
 
 static void test_bad_kv_len(void **state)
@@ -757,10 +777,12 @@ static void test_bad_option_value(void **state)
         assert_int_equal(v, cases[i].good);
     }
     /* Back to defaults for the other tests. */
-    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_NUM_THREADS, 1), SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO),
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_NUM_THREADS, 1),
                      SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_SCRATCH_LIMIT, 0), SDPA_OK);
+    assert_int_equal(
+        sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO), SDPA_OK);
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_SCRATCH_LIMIT, 0),
+                     SDPA_OK);
 }
 
 /* Messages name what disagrees and what is wrong by the names the header
@@ -855,9 +877,9 @@ static void test_fully_masked_row(void **state)
     assert_non_null(strstr(m, "head"));
     /* With the ZERO policy the same call succeeds. */
     fx_reset(f);
-    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_EMPTY_ROWS,
-                                      SDPA_EMPTY_ROWS_ZERO),
-                     SDPA_OK);
+    assert_int_equal(
+        sdpa_ctx_set_int(f->ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
+        SDPA_OK);
     assert_int_equal(sdpa_forward(f->ctx, &f->a), SDPA_OK);
     for (int j = 0; j < TK; ++j)
         tset(&f->mask, 1, 3, 2, j, 0);
@@ -878,7 +900,8 @@ static void test_fully_masked_row(void **state)
     /* BOTTOM_RIGHT with L_1 = 1 < Tq = 3: rows 0 and 1 of batch 1 see no
      * key (j > i + 1 - 3). */
     CASE(SDPA_ERR_FULLY_MASKED_ROW, NEEDLES("row"),
-         f->a.causal = SDPA_CAUSAL_BOTTOM_RIGHT; f->kv_lens[1] = 1);
+         f->a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
+         f->kv_lens[1] = 1);
     /* Mask inverted with an all-zero mask: nothing may be attended. */
     CASE(SDPA_ERR_FULLY_MASKED_ROW, NEEDLES("row"),
          f->a.flags = SDPA_FLAG_MASK_NONZERO_ALLOWS);
@@ -905,11 +928,11 @@ static void test_nonfinite(void **state)
         sq[d] = tget(&f->q, 0, 0, 0, d);
         sk[d] = tget(&f->k, 0, 0, 0, d);
     }
-    CASE_MIN(SDPA_ERR_NONFINITE, NULL,
-             for (int d = 0; d < DK; ++d) {
-                 tset(&f->q, 0, 0, 0, d, big);
-                 tset(&f->k, 0, 0, 0, d, big);
-             });
+    CASE_MIN(
+        SDPA_ERR_NONFINITE, NULL, for (int d = 0; d < DK; ++d) {
+            tset(&f->q, 0, 0, 0, d, big);
+            tset(&f->k, 0, 0, 0, d, big);
+        });
     for (int d = 0; d < DK; ++d) {
         tset(&f->q, 0, 0, 0, d, sq[d]);
         tset(&f->k, 0, 0, 0, d, sk[d]);
@@ -1004,8 +1027,8 @@ static void test_unsupported(void **state)
     expect_kernel(f, SDPA_KERNEL_AVX2, have, "avx2", NEEDLES("AVX2", "avx2"));
     expect_kernel(f, SDPA_KERNEL_AVX512, have512, "avx512",
                   NEEDLES("AVX-512", "AVX512"));
-    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO),
-                     SDPA_OK);
+    assert_int_equal(
+        sdpa_ctx_set_int(f->ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO), SDPA_OK);
     /* AUTO resolves to the widest kernel the CPU runs. */
     int64_t v = -1;
     assert_int_equal(sdpa_ctx_get_int(f->ctx, SDPA_OPT_KERNEL, &v), SDPA_OK);
@@ -1018,7 +1041,8 @@ static void test_unsupported(void **state)
      * them with UNSUPPORTED (outputs untouched) or compute them. */
     for (int path = SDPA_PATH_TILED; path <= SDPA_PATH_DECODE; ++path) {
         fx_reset(f);
-        assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, path), SDPA_OK);
+        assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, path),
+                         SDPA_OK);
         fill_outputs(f);
         int rc = sdpa_forward(f->ctx, &f->a);
         assert_true(rc == SDPA_OK || rc == SDPA_ERR_UNSUPPORTED);
@@ -1143,7 +1167,9 @@ static void test_version(void **state)
 
 #define BOTH(fn)                                                               \
     {#fn "_float", fn, fx_setup, fx_teardown, &g_float},                       \
-        {#fn "_double", fn, fx_setup, fx_teardown, &g_double}
+    {                                                                          \
+#fn "_double", fn, fx_setup, fx_teardown, &g_double                    \
+    }
 
 int main(void)
 {

@@ -49,10 +49,8 @@ static void make_buffers(const scenario *sc, buffers *b, rng *r)
 {
     memset(b, 0, sizeof *b);
     tbuf_make(&b->q, sc->dtype, sc->n, sc->hq, sc->tq, sc->dk, LAYOUT_BHTD, 0);
-    tbuf_make(&b->k, sc->dtype, sc->n, sc->hkv, sc->tk, sc->dk, LAYOUT_BTHD,
-              3);
-    tbuf_make(&b->v, sc->dtype, sc->n, sc->hkv, sc->tk, sc->dv, LAYOUT_BHTD,
-              1);
+    tbuf_make(&b->k, sc->dtype, sc->n, sc->hkv, sc->tk, sc->dk, LAYOUT_BTHD, 3);
+    tbuf_make(&b->v, sc->dtype, sc->n, sc->hkv, sc->tk, sc->dv, LAYOUT_BHTD, 1);
     tbuf_make(&b->out, sc->dtype, sc->n, sc->hq, sc->tq, sc->dv, LAYOUT_BHTD,
               0);
     tbuf_make(&b->lse, sc->dtype, sc->n, sc->hq, sc->tq, 1, LAYOUT_BHTD, 0);
@@ -170,15 +168,14 @@ static void run_scenario(const scenario *sc)
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++)
         for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
             for (int threads = 1; threads <= 3; threads++) {
-                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH,
-                                                  paths[pi]),
-                                 SDPA_OK);
-                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_Q,
-                                                  blocks[bi][0]),
-                                 SDPA_OK);
-                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K,
-                                                  blocks[bi][1]),
-                                 SDPA_OK);
+                assert_int_equal(
+                    sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, paths[pi]), SDPA_OK);
+                assert_int_equal(
+                    sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_Q, blocks[bi][0]),
+                    SDPA_OK);
+                assert_int_equal(
+                    sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, blocks[bi][1]),
+                    SDPA_OK);
                 assert_int_equal(
                     sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
                     SDPA_OK);
@@ -207,8 +204,15 @@ static void run_scenario(const scenario *sc)
 static void test_tails(void **state)
 {
     (void)state;
-    scenario sc = {.name = "tails", .dtype = SDPA_FLOAT32, .n = 2, .hq = 2,
-                   .hkv = 2, .tq = 13, .tk = 29, .dk = 6, .dv = 5};
+    scenario sc = {.name = "tails",
+                   .dtype = SDPA_FLOAT32,
+                   .n = 2,
+                   .hq = 2,
+                   .hkv = 2,
+                   .tq = 13,
+                   .tk = 29,
+                   .dk = 6,
+                   .dv = 5};
     run_scenario(&sc);
     sc.dtype = SDPA_FLOAT64;
     sc.bias = true;
@@ -218,9 +222,17 @@ static void test_tails(void **state)
 static void test_closed_first_blocks(void **state)
 {
     (void)state;
-    scenario sc = {.name = "closed first key blocks", .dtype = SDPA_FLOAT32,
-                   .n = 2, .hq = 2, .hkv = 1, .tq = 9, .tk = 40, .dk = 4,
-                   .dv = 3, .mask = true, .closed_keys = 17};
+    scenario sc = {.name = "closed first key blocks",
+                   .dtype = SDPA_FLOAT32,
+                   .n = 2,
+                   .hq = 2,
+                   .hkv = 1,
+                   .tq = 9,
+                   .tk = 40,
+                   .dk = 4,
+                   .dv = 3,
+                   .mask = true,
+                   .closed_keys = 17};
     run_scenario(&sc);
 }
 
@@ -233,10 +245,16 @@ static void test_causal_alignments(void **state)
             scenario sc = {.name = c == SDPA_CAUSAL_TOP_LEFT ? "top-left"
                                                              : "bottom-right",
                            .dtype = s % 2 ? SDPA_FLOAT64 : SDPA_FLOAT32,
-                           .n = 2, .hq = 4, .hkv = 2, .tq = sizes[s][0],
-                           .tk = sizes[s][1], .dk = 8, .dv = 8, .causal = c,
-                           .use_lens = true, .lens = {sizes[s][1],
-                                                      sizes[s][1] / 2}};
+                           .n = 2,
+                           .hq = 4,
+                           .hkv = 2,
+                           .tq = sizes[s][0],
+                           .tk = sizes[s][1],
+                           .dk = 8,
+                           .dv = 8,
+                           .causal = c,
+                           .use_lens = true,
+                           .lens = {sizes[s][1], sizes[s][1] / 2}};
             run_scenario(&sc);
         }
 }
@@ -244,9 +262,18 @@ static void test_causal_alignments(void **state)
 static void test_short_lengths(void **state)
 {
     (void)state;
-    scenario sc = {.name = "kv_lens 0, 1, Tk", .dtype = SDPA_FLOAT32, .n = 3,
-                   .hq = 2, .hkv = 1, .tq = 6, .tk = 23, .dk = 5, .dv = 7,
-                   .use_lens = true, .lens = {0, 1, 23}, .bias = true};
+    scenario sc = {.name = "kv_lens 0, 1, Tk",
+                   .dtype = SDPA_FLOAT32,
+                   .n = 3,
+                   .hq = 2,
+                   .hkv = 1,
+                   .tq = 6,
+                   .tk = 23,
+                   .dk = 5,
+                   .dv = 7,
+                   .use_lens = true,
+                   .lens = {0, 1, 23},
+                   .bias = true};
     run_scenario(&sc);
     sc.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
     sc.name = "kv_lens 0, 1, Tk bottom-right";
@@ -257,9 +284,17 @@ static void test_decode_groups(void **state)
 {
     (void)state;
     /* Tk beyond one 512-key chunk, with a tail; groups of 4 stacked. */
-    scenario sc = {.name = "decode GQA", .dtype = SDPA_FLOAT32, .n = 2,
-                   .hq = 8, .hkv = 2, .tq = 1, .tk = 1100, .dk = 16,
-                   .dv = 8, .use_lens = true, .lens = {1100, 700},
+    scenario sc = {.name = "decode GQA",
+                   .dtype = SDPA_FLOAT32,
+                   .n = 2,
+                   .hq = 8,
+                   .hkv = 2,
+                   .tq = 1,
+                   .tk = 1100,
+                   .dk = 16,
+                   .dv = 8,
+                   .use_lens = true,
+                   .lens = {1100, 700},
                    .softcap = 5.0};
     run_scenario(&sc);
     sc.tq = 3;
@@ -277,9 +312,12 @@ static void test_random_shapes(void **state)
         int64_t hkv = rng_int(&r, 1, 3);
         scenario sc = {.name = "random",
                        .dtype = it % 2 ? SDPA_FLOAT64 : SDPA_FLOAT32,
-                       .n = rng_int(&r, 1, 3), .hkv = hkv,
-                       .hq = hkv * rng_int(&r, 1, 3), .tq = rng_int(&r, 1, 20),
-                       .tk = rng_int(&r, 1, 45), .dk = rng_int(&r, 1, 9),
+                       .n = rng_int(&r, 1, 3),
+                       .hkv = hkv,
+                       .hq = hkv * rng_int(&r, 1, 3),
+                       .tq = rng_int(&r, 1, 20),
+                       .tk = rng_int(&r, 1, 45),
+                       .dk = rng_int(&r, 1, 9),
                        .dv = rng_int(&r, 1, 9),
                        .causal = (int)rng_int(&r, 0, 2),
                        .mask = rng_unit(&r) < 0.5,

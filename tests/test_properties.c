@@ -151,7 +151,8 @@ static int for_each_pair(sdpa_ctx *ctx, prob *p, pair_fn fn, void *user)
             continue;
         assert_int_equal(ks, SDPA_OK);
         for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
+            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
+                             SDPA_OK);
             clear_outputs(p);
             int st = sdpa_forward(ctx, &p->a);
             if (st == SDPA_ERR_UNSUPPORTED &&
@@ -175,9 +176,9 @@ static sdpa_ctx *new_ctx(int empty_zero)
     assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
     assert_non_null(ctx);
     if (empty_zero)
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
-                                          SDPA_EMPTY_ROWS_ZERO),
-                         SDPA_OK);
+        assert_int_equal(
+            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
+            SDPA_OK);
     return ctx;
 }
 
@@ -334,9 +335,11 @@ static void test_permutation(void **state)
         const double tol = 4.0 * (double)(Tk + Dk + 16) * eps_of(dtype);
         size_t no = (size_t)(N * Hq * Tq * Dv), nw = (size_t)(N * Hq * Tq * Tk),
                nl = (size_t)(N * Hq * Tq);
-        double *oa = malloc(no * sizeof(double)), *wa = malloc(nw * sizeof(double)),
+        double *oa = malloc(no * sizeof(double)),
+               *wa = malloc(nw * sizeof(double)),
                *la = malloc(nl * sizeof(double));
-        double *ob = malloc(no * sizeof(double)), *wb = malloc(nw * sizeof(double)),
+        double *ob = malloc(no * sizeof(double)),
+               *wb = malloc(nw * sizeof(double)),
                *lb = malloc(nl * sizeof(double));
         assert_true(oa && wa && la && ob && wb && lb);
         sdpa_ctx *ctx = new_ctx(1);
@@ -364,9 +367,9 @@ static void test_permutation(void **state)
                 worst = nan_max(worst, rdiff(la[k], lb[k]));
             for (size_t row = 0; row < nl; ++row)
                 for (int64_t j = 0; j < Tk; ++j)
-                    worst = nan_max(worst,
-                                    rdiff(wa[row * (size_t)Tk + (size_t)perm[j]],
-                                          wb[row * (size_t)Tk + (size_t)j]));
+                    worst = nan_max(
+                        worst, rdiff(wa[row * (size_t)Tk + (size_t)perm[j]],
+                                     wb[row * (size_t)Tk + (size_t)j]));
             if (!(worst <= tol))
                 print_error("path %d: permuted result differs by %g (tol %g)\n",
                             paths[pi], worst, tol);
@@ -410,7 +413,8 @@ static void check_nan_free(sdpa_ctx *ctx, prob *p, int kernel, int path,
                 size_t row = (size_t)((b * p->Hq + h) * p->Tq + i);
                 for (int64_t d = 0; d < p->Dv; ++d) {
                     double x = tget(&p->out, b, h, i, d);
-                    double ref = (double)n->r->out[row * (size_t)p->Dv + (size_t)d];
+                    double ref =
+                        (double)n->r->out[row * (size_t)p->Dv + (size_t)d];
                     if (!(isfinite(x) && fabs(x - ref) <= tol))
                         print_error("kernel %d path %d out[%lld,%lld,%lld,"
                                     "%lld] = %g (ref %g)\n",
@@ -420,7 +424,8 @@ static void check_nan_free(sdpa_ctx *ctx, prob *p, int kernel, int path,
                 }
                 for (int64_t j = 0; j < p->Tk; ++j) {
                     double x = tget(&p->w, b, h, i, j);
-                    double ref = (double)n->r->weights[row * (size_t)p->Tk + (size_t)j];
+                    double ref =
+                        (double)n->r->weights[row * (size_t)p->Tk + (size_t)j];
                     assert_true(isfinite(x) && fabs(x - ref) <= tol);
                 }
                 double l = tget(&p->lse, b, h, i, 0);
@@ -478,7 +483,8 @@ static void check_out_close(sdpa_ctx *ctx, prob *p, int kernel, int path,
                 size_t row = (size_t)((b * p->Hq + h) * p->Tq + i);
                 for (int64_t d = 0; d < p->Dv; ++d) {
                     double x = tget(&p->out, b, h, i, d);
-                    double ref = (double)n->r->out[row * (size_t)p->Dv + (size_t)d];
+                    double ref =
+                        (double)n->r->out[row * (size_t)p->Dv + (size_t)d];
                     if (!(isfinite(x) && fabs(x - ref) <= tol))
                         print_error("kernel %d path %d block_k %lld out[%lld,"
                                     "%lld,%lld,%lld] = %g (ref %g)\n",
@@ -507,9 +513,13 @@ static void test_nan_behind_forbidden_keys(void **state)
      * 2: the same keys forbidden by a -inf bias (shared by the items). */
     for (int variant = 0; variant < 3; ++variant) {
         prob p;
-        prob_opts o = {variant < 2, variant == 2, 0,
+        prob_opts o = {variant < 2,
+                       variant == 2,
+                       0,
                        variant ? SDPA_CAUSAL_BOTTOM_RIGHT : SDPA_CAUSAL_NONE,
-                       0, 0, 1};
+                       0,
+                       0,
+                       1};
         if (variant == 0)
             prob_make(&p, dtype, 7, 1, 1, 1, 6, 6, 4, 4, &o, NULL);
         else
@@ -526,8 +536,7 @@ static void test_nan_behind_forbidden_keys(void **state)
                             tset(&p.mask, b, h, i, j, dead ? 1 : 0);
                         else if (b == 0)
                             tset(&p.bias, 0, h, i, j,
-                                 dead ? -INFINITY
-                                      : tget(&p.bias, 0, h, i, j));
+                                 dead ? -INFINITY : tget(&p.bias, 0, h, i, j));
                     }
                 if (!dead)
                     continue;
@@ -574,10 +583,12 @@ static void test_threads_bitwise(void **state)
         if (sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]) != SDPA_OK)
             continue;
         for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
+            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
+                             SDPA_OK);
             int supported = 1;
             for (int th = 1; th <= 3 && supported; ++th) {
-                if (sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, th) != SDPA_OK) {
+                if (sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, th) !=
+                    SDPA_OK) {
                     print_message("  NUM_THREADS %d refused: skipping\n", th);
                     break;
                 }
@@ -635,10 +646,10 @@ static void test_kernels_agree(void **state)
     double *oa = malloc(no * sizeof(double)), *wa = malloc(nw * sizeof(double)),
            *la = malloc(nl * sizeof(double));
     assert_true(op && wp && lp && oa && wa && la);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED),
-                     SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE),
-                     SDPA_OK);
+    assert_int_equal(
+        sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED), SDPA_OK);
+    assert_int_equal(
+        sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE), SDPA_OK);
     assert_int_equal(sdpa_forward(ctx, &p.a), SDPA_OK);
     snapshot(&p, op, wp, lp);
     int compared = 0;
@@ -731,7 +742,8 @@ static void alloc_case(int dtype, int path, int threads)
 
     /* Held scratch counts: the small call would still hold the big scratch. */
     size_t ws_big_after = 0, ws_small_after = 0;
-    assert_int_equal(sdpa_forward_workspace(ctx, &big.a, &ws_big_after), SDPA_OK);
+    assert_int_equal(sdpa_forward_workspace(ctx, &big.a, &ws_big_after),
+                     SDPA_OK);
     assert_int_equal(sdpa_forward_workspace(ctx, &small.a, &ws_small_after),
                      SDPA_OK);
     assert_int_equal(ca.allocs, after_first);
@@ -773,8 +785,11 @@ static void test_no_alloc_random_sequences(void **state)
         int threads = (int)rng_int(&r, 1, 3);
         int64_t group = rng_int(&r, 1, 4), dk = rng_int(&r, 1, 40);
         int64_t dv = rng_int(&r, 1, 40);
-        prob_opts o = {(int)rng_int(&r, 0, 1), (int)rng_int(&r, 0, 1), 0,
-                       (int)rng_int(&r, 0, 2), 0,
+        prob_opts o = {(int)rng_int(&r, 0, 1),
+                       (int)rng_int(&r, 0, 1),
+                       0,
+                       (int)rng_int(&r, 0, 2),
+                       0,
                        path == SDPA_PATH_MATERIALISED && rng_int(&r, 0, 1),
                        (int)rng_int(&r, 0, 1)};
         int64_t n = rng_int(&r, 1, 3), hkv = rng_int(&r, 1, 3);
@@ -787,9 +802,9 @@ static void test_no_alloc_random_sequences(void **state)
         assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
         assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
                          SDPA_OK);
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
-                                          SDPA_EMPTY_ROWS_ZERO),
-                         SDPA_OK);
+        assert_int_equal(
+            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
+            SDPA_OK);
         prob big;
         prob_make(&big, dtype, (uint64_t)seq, n, group * hkv, hkv, tq, tk, dk,
                   dv, &o, NULL);
@@ -832,8 +847,8 @@ static void test_workspace(void **state)
     sdpa_allocator al = ca_start(&ca, -1);
     sdpa_ctx *ctx = NULL;
     assert_int_equal(sdpa_ctx_create_with_allocator(&ctx, &al), SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED),
-                     SDPA_OK);
+    assert_int_equal(
+        sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED), SDPA_OK);
     prob p;
     /* Causal only (no random mask): no row can be empty. */
     prob_opts o = {0, 0, 0, SDPA_CAUSAL_TOP_LEFT, 0, 0, 1};
@@ -844,8 +859,10 @@ static void test_workspace(void **state)
     assert_int_equal(sdpa_forward_workspace(ctx, &p.a, &bytes), SDPA_OK);
     assert_true(bytes > 0);
     assert_int_equal(ca.allocs, before);
-    assert_int_equal(first_non_sentinel(p.out.mem, p.out.elems * p.out.esize), -1);
-    assert_int_equal(first_non_sentinel(p.lse.mem, p.lse.elems * p.lse.esize), -1);
+    assert_int_equal(first_non_sentinel(p.out.mem, p.out.elems * p.out.esize),
+                     -1);
+    assert_int_equal(first_non_sentinel(p.lse.mem, p.lse.elems * p.lse.esize),
+                     -1);
     /* After the call, the context holds what was announced. */
     assert_int_equal(sdpa_forward(ctx, &p.a), SDPA_OK);
     size_t again = 0;
@@ -869,7 +886,9 @@ static void test_workspace(void **state)
 
 #define BOTH(fn)                                                               \
     {#fn "_float", fn, NULL, NULL, &g_float},                                  \
-        {#fn "_double", fn, NULL, NULL, &g_double}
+    {                                                                          \
+#fn "_double", fn, NULL, NULL, &g_double                               \
+    }
 
 int main(void)
 {

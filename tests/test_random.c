@@ -93,15 +93,14 @@ static void cfg_print(const cfg *c)
         "Dk=%lld Dv=%lld lay(q,kv,out,w)=%d,%d,%d,%d pad=%lld,%lld,%lld,%lld "
         "kv_bcast=%d mask=%d(inv=%d b=%d%d%d%d) bias=%d(b=%d%d%d%d) causal=%d "
         "kvlens=%d[",
-        (unsigned long long)c->seed,
-        c->dtype == SDPA_FLOAT32 ? "f32" : "f64", (long long)c->N,
-        (long long)c->Hq, (long long)c->Hkv, (long long)c->Tq,
+        (unsigned long long)c->seed, c->dtype == SDPA_FLOAT32 ? "f32" : "f64",
+        (long long)c->N, (long long)c->Hq, (long long)c->Hkv, (long long)c->Tq,
         (long long)c->Tk, (long long)c->Dk, (long long)c->Dv, c->lay_q,
         c->lay_kv, c->lay_out, c->lay_w, (long long)c->pad_q,
         (long long)c->pad_kv, (long long)c->pad_out, (long long)c->pad_w,
-        c->kv_bcast, c->use_mask, c->mask_inverted, c->mask_b[0],
-        c->mask_b[1], c->mask_b[2], c->mask_b[3], c->use_bias, c->bias_b[0],
-        c->bias_b[1], c->bias_b[2], c->bias_b[3], c->causal, c->use_kvlens);
+        c->kv_bcast, c->use_mask, c->mask_inverted, c->mask_b[0], c->mask_b[1],
+        c->mask_b[2], c->mask_b[3], c->use_bias, c->bias_b[0], c->bias_b[1],
+        c->bias_b[2], c->bias_b[3], c->causal, c->use_kvlens);
     for (int64_t b = 0; b < c->N; ++b)
         print_message("%s%lld", b ? "," : "", (long long)c->kv_lens[b]);
     print_message("] scale=%g softcap=%g w=%d lse=%d zero=%d threads=%d "
@@ -133,7 +132,8 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
             divs[nd++] = d;
     c->Hkv = divs[rng_int(&r, 0, nd - 1)];
     if (big) {
-        c->Tq = rng_int(&r, 0, 3) == 0 ? rng_int(&r, 1, 4) : pick_dim(&r, 1, 150);
+        c->Tq =
+            rng_int(&r, 0, 3) == 0 ? rng_int(&r, 1, 4) : pick_dim(&r, 1, 150);
         c->Tk = pick_dim(&r, 60, 400);
     } else {
         int64_t m = rng_int(&r, 0, 4);
@@ -155,7 +155,8 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     c->use_mask = rng_int(&r, 0, 2) == 0;
     c->mask_inverted = rng_int(&r, 0, 1) == 0;
     for (int d = 0; d < 3; ++d) {
-        c->mask_b[d] = (int)rng_int(&r, 0, 3); /* 0,1 full; 2 ext 1; 3 stride 0 */
+        c->mask_b[d] =
+            (int)rng_int(&r, 0, 3); /* 0,1 full; 2 ext 1; 3 stride 0 */
         if (c->mask_b[d] == 1)
             c->mask_b[d] = 0;
         c->bias_b[d] = (int)rng_int(&r, 0, 3);
@@ -400,7 +401,8 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
             for (int64_t i = 0; i < c->Tq; ++i) {
                 size_t row = (size_t)((b * c->Hq + h) * c->Tq + i);
                 for (int64_t d = 0; d < c->Dv; ++d) {
-                    double ref = (double)r->out[row * (size_t)c->Dv + (size_t)d];
+                    double ref =
+                        (double)r->out[row * (size_t)c->Dv + (size_t)d];
                     double got = tget(&s->out, b, h, i, d);
                     double e = fabs(got - ref);
                     if (!(e <= t->out)) {
@@ -444,12 +446,14 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                     if (isinf(ref))
                         ok = isinf(got) && got < 0;
                     else
-                        ok = fabs(got - ref) <= t->lse_abs + t->lse_rel * fabs(ref);
+                        ok = fabs(got - ref) <=
+                             t->lse_abs + t->lse_rel * fabs(ref);
                     if (!ok) {
-                        print_message("  MISMATCH lse[%lld,%lld,%lld] got %.10g "
-                                      "ref %.10g (%s)\n",
-                                      (long long)b, (long long)h, (long long)i,
-                                      got, ref, where);
+                        print_message(
+                            "  MISMATCH lse[%lld,%lld,%lld] got %.10g "
+                            "ref %.10g (%s)\n",
+                            (long long)b, (long long)h, (long long)i, got, ref,
+                            where);
                         return 1;
                     }
                     if (!isinf(ref))
@@ -512,7 +516,8 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
         }
         assert_int_equal(ks, SDPA_OK);
         for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
+            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
+                             SDPA_OK);
             reset_outputs(&s);
             int rc = sdpa_forward(ctx, &s.a);
             int bad = 0;

@@ -45,8 +45,8 @@ static tbuf mk(int dtype, const double *vals, int64_t n, int64_t h, int64_t t,
     return x;
 }
 
-static void check_close(const char *what, int64_t idx, double got,
-                        double want, double tol)
+static void check_close(const char *what, int64_t idx, double got, double want,
+                        double tol)
 {
     if (!(fabs(got - want) <= tol)) {
         print_error("%s[%lld]: got %.9g, want %.9g (tol %g)\n", what,
@@ -155,8 +155,8 @@ static void test_two_token(void **state)
     check_all("lse", &t.lse, lse, TOL);
     /* Each weight row sums to 1. */
     for (int64_t i = 0; i < 2; ++i)
-        check_close("row sum", i, tget(&t.w, 0, 0, i, 0) + tget(&t.w, 0, 0, i, 1),
-                    1.0, 1e-6);
+        check_close("row sum", i,
+                    tget(&t.w, 0, 0, i, 0) + tget(&t.w, 0, 0, i, 1), 1.0, 1e-6);
     fixture_free(&t);
     sdpa_ctx_destroy(ctx);
 }
@@ -348,9 +348,11 @@ static void test_fully_masked_row_error(void **state)
     assert_non_null(strstr(msg, "2"));
     assert_non_null(strstr(msg, "row"));
     /* Detected before computing: outputs untouched. */
-    assert_int_equal(first_non_sentinel(f.out.mem, f.out.elems * f.out.esize), -1);
+    assert_int_equal(first_non_sentinel(f.out.mem, f.out.elems * f.out.esize),
+                     -1);
     assert_int_equal(first_non_sentinel(f.w.mem, f.w.elems * f.w.esize), -1);
-    assert_int_equal(first_non_sentinel(f.lse.mem, f.lse.elems * f.lse.esize), -1);
+    assert_int_equal(first_non_sentinel(f.lse.mem, f.lse.elems * f.lse.esize),
+                     -1);
     fixture_free(&f);
     sdpa_ctx_destroy(ctx);
 }
@@ -382,9 +384,11 @@ static void test_fully_masked_row_zero(void **state)
                     continue;
                 }
                 for (int64_t c = 0; c < 3; ++c)
-                    check_close("O", c, tget(&f.out, b, h, i, c), TO[i * 3 + c], TOL);
+                    check_close("O", c, tget(&f.out, b, h, i, c), TO[i * 3 + c],
+                                TOL);
                 for (int64_t j = 0; j < 2; ++j)
-                    check_close("A", j, tget(&f.w, b, h, i, j), TA[i * 2 + j], TOL);
+                    check_close("A", j, tget(&f.w, b, h, i, j), TA[i * 2 + j],
+                                TOL);
                 check_close("lse", i, tget(&f.lse, b, h, i, 0), lse[i], TOL);
             }
     fixture_free(&f);
@@ -410,7 +414,9 @@ static void test_reference_agrees(void **state)
 
 #define BOTH(fn)                                                               \
     {#fn "_float", fn, NULL, NULL, &g_float},                                  \
-        {#fn "_double", fn, NULL, NULL, &g_double}
+    {                                                                          \
+#fn "_double", fn, NULL, NULL, &g_double                               \
+    }
 
 int main(void)
 {

@@ -72,7 +72,7 @@ typedef struct tbuf {
 
 static inline size_t kind_size(int kind)
 {
-    return kind == SDPA_FLOAT32 ? sizeof(float)
+    return kind == SDPA_FLOAT32   ? sizeof(float)
            : kind == SDPA_FLOAT64 ? sizeof(double)
                                   : 1u;
 }
@@ -89,8 +89,8 @@ static inline size_t tensor_span(const sdpa_tensor *t)
 /* Allocate a [n,h,t,d] view in the given layout with `pad` extra elements
  * after each row (padding between rows). Memory is filled with NaN for
  * floating kinds (so reading padding poisons results) and 0xEE for u8. */
-static inline void tbuf_make(tbuf *x, int kind, int64_t n, int64_t h,
-                             int64_t t, int64_t d, int layout, int64_t pad)
+static inline void tbuf_make(tbuf *x, int kind, int64_t n, int64_t h, int64_t t,
+                             int64_t d, int layout, int64_t pad)
 {
     memset(x, 0, sizeof *x);
     x->kind = kind;

@@ -62,7 +62,10 @@ static void *guarded(const guard *g, size_t bytes)
     return g->pages + g->page - bytes;
 }
 
-static void guard_free(guard *g) { munmap(g->pages, 2 * g->page); }
+static void guard_free(guard *g)
+{
+    munmap(g->pages, 2 * g->page);
+}
 
 /* Q = [[1,0],[0,1]], K = [[1,1],[2,0]], V = [[1,0,0],[0,1,0]]. */
 static float q[4] = {1, 0, 0, 1}, k[4] = {1, 1, 2, 0};
@@ -155,9 +158,9 @@ static void *count_alloc(void *opaque, size_t size, size_t alignment)
 {
     ((counter *)opaque)->allocs++;
     void *p = NULL;
-    return posix_memalign(&p, alignment < sizeof(void *) ? sizeof(void *)
-                                                         : alignment,
-                          size ? size : 1) == 0
+    return posix_memalign(
+               &p, alignment < sizeof(void *) ? sizeof(void *) : alignment,
+               size ? size : 1) == 0
                ? p
                : NULL;
 }
