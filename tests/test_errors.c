@@ -997,6 +997,118 @@ static void test_out_of_memory(void **state)
     tbuf_free(&o);
 }
 
+/* One call's inputs and output, for the allocation-failure test. */
+typedef struct oom_call {
+    tbuf q, k, v, o;
+    sdpa_forward_args a;
+} oom_call;
+
+static void oom_call_make(oom_call *c, int dtype, int64_t hq, int64_t tq,
+                          int64_t tk, uint64_t seed)
+{
+    rng r = {seed};
+    tbuf_make(&c->q, dtype, 2, hq, tq, 8, LAYOUT_BHTD, 0);
+    tbuf_make(&c->k, dtype, 2, 2, tk, 8, LAYOUT_BHTD, 0);
+    tbuf_make(&c->v, dtype, 2, 2, tk, 8, LAYOUT_BHTD, 0);
+    tbuf_make(&c->o, dtype, 2, hq, tq, 8, LAYOUT_BHTD, 0);
+    tbuf_fill_random(&c->q, &r, 1.0);
+    tbuf_fill_random(&c->k, &r, 1.0);
+    tbuf_fill_random(&c->v, &r, 1.0);
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dtype;
+    a.q = c->q.t;
+    a.k = c->k.t;
+    a.v = c->v.t;
+    a.out = c->o.t;
+    c->a = a;
+}
+
+static void oom_call_free(oom_call *c)
+{
+    tbuf_free(&c->q);
+    tbuf_free(&c->k);
+    tbuf_free(&c->v);
+    tbuf_free(&c->o);
+}
+
+/* Fail the k-th allocation, for every k, of a first call and of a call
+ * that grows the scratch, on every path with 1 and 3 workers: the call
+ * reports SDPA_ERR_OUT_OF_MEMORY with its output untouched, nothing leaks,
+ * and the same context then computes the same output, bit for bit, as a
+ * context that never failed. */
+static void test_out_of_memory_every_allocation(void **state)
+{
+    fx *f = *state;
+    const int dt = f->dtype;
+    oom_call small, big;
+    oom_call_make(&small, dt, 4, 8, 40, 11);
+    oom_call_make(&big, dt, 4, 96, 700, 12);
+    size_t out_bytes = big.o.elems * big.o.esize;
+    unsigned char *expect = malloc(out_bytes);
+    assert_non_null(expect);
+    long cases = 0;
+    for (int path = SDPA_PATH_MATERIALISED; path <= SDPA_PATH_DECODE; ++path)
+        for (int threads = 1; threads <= 3; threads += 2)
+            for (int grow = 0; grow <= 1; ++grow) {
+                /* The reference run, and how many allocations it makes. */
+                counting_alloc ca;
+                sdpa_allocator al = ca_start(&ca, -1);
+                sdpa_ctx *c = NULL;
+                assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
+                                 SDPA_OK);
+                assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_PATH, path),
+                                 SDPA_OK);
+                assert_int_equal(
+                    sdpa_ctx_set_int(c, SDPA_OPT_NUM_THREADS, threads),
+                    SDPA_OK);
+                if (grow)
+                    assert_int_equal(sdpa_forward(c, &small.a), SDPA_OK);
+                long before = ca.allocs;
+                assert_int_equal(sdpa_forward(c, &big.a), SDPA_OK);
+                long needed = ca.allocs - before;
+                memcpy(expect, big.o.mem, out_bytes);
+                sdpa_ctx_destroy(c);
+                assert_int_equal(ca.live_bytes, 0);
+                assert_true(needed >= 1);
+                for (long k = 0; k < needed; ++k) {
+                    al = ca_start(&ca, -1);
+                    assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
+                                     SDPA_OK);
+                    assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_PATH, path),
+                                     SDPA_OK);
+                    assert_int_equal(
+                        sdpa_ctx_set_int(c, SDPA_OPT_NUM_THREADS, threads),
+                        SDPA_OK);
+                    if (grow)
+                        assert_int_equal(sdpa_forward(c, &small.a), SDPA_OK);
+                    ca.fail_at = ca.allocs + ca.failures + k;
+                    fill_sentinel(big.o.mem, out_bytes);
+                    int st = sdpa_forward(c, &big.a);
+                    if (st != SDPA_ERR_OUT_OF_MEMORY)
+                        print_error("path %d threads %d grow %d: failing "
+                                    "allocation %ld of %ld gave %d\n",
+                                    path, threads, grow, k, needed, st);
+                    assert_int_equal(st, SDPA_ERR_OUT_OF_MEMORY);
+                    check_message_any(sdpa_ctx_last_error(c), "out of memory",
+                                      NEEDLES("allocate"));
+                    assert_int_equal(first_non_sentinel(big.o.mem, out_bytes),
+                                     -1);
+                    /* usable again, with the same result */
+                    assert_int_equal(sdpa_forward(c, &big.a), SDPA_OK);
+                    assert_memory_equal(big.o.mem, expect, out_bytes);
+                    sdpa_ctx_destroy(c);
+                    assert_int_equal(ca.live_bytes, 0);
+                    assert_int_equal(ca.bad_free, 0);
+                    assert_int_equal(ca.bad_alignment, 0);
+                    cases++;
+                }
+            }
+    assert_true(cases >= 12);
+    free(expect);
+    oom_call_free(&small);
+    oom_call_free(&big);
+}
+
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 /* Forcing a kernel works exactly when the CPU has it (asked here, apart
  * from the library); otherwise UNSUPPORTED with a message naming it. */
@@ -1198,6 +1310,7 @@ int main(void)
         BOTH(test_fully_masked_row),
         BOTH(test_nonfinite),
         BOTH(test_out_of_memory),
+        BOTH(test_out_of_memory_every_allocation),
         BOTH(test_unsupported),
         cmocka_unit_test(test_kernel_environment),
         cmocka_unit_test(test_status_strings),

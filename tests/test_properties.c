@@ -5,7 +5,8 @@
  *   - permuting keys and values together (and mask/bias columns with them)
  *     permutes the weights and leaves out/lse unchanged within tolerance;
  *   - NaN in K/V rows j >= kv_lens[b] never reaches out/weights/lse;
- *   - results are bitwise identical for 1, 2 and 3 worker threads;
+ *   - results are bitwise identical for 1, 2 and 3 worker threads, and when
+ *     4 threads run their own contexts at once on shared inputs;
  *   - the portable, AVX2 and AVX-512 row kernels agree within a stated
  *     bound (each vector set where the CPU has it);
  *   - after the first call with a shape, later calls with the same or a
@@ -17,6 +18,8 @@
  * (SDPA_ERR_UNSUPPORTED skips a forced TILED / DECODE path or a vector
  * kernel the CPU lacks).
  */
+#define _POSIX_C_SOURCE 200809L /* pthreads */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -564,6 +567,71 @@ static void test_nan_behind_forbidden_keys(void **state)
     }
 }
 
+/* ---- contexts in parallel ----------------------------------------------- */
+
+/* One application thread with its own context and output buffers, reading
+ * inputs shared with the others. */
+typedef struct parallel_job {
+    sdpa_forward_args a;
+    void *out, *lse;
+    size_t out_bytes, lse_bytes;
+    int workers, path, status, calls;
+} parallel_job;
+
+static void *parallel_run(void *arg)
+{
+    parallel_job *job = arg;
+    sdpa_ctx *ctx = NULL;
+    job->status = sdpa_ctx_create(&ctx);
+    if (job->status == SDPA_OK)
+        job->status = sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, job->workers);
+    if (job->status == SDPA_OK)
+        job->status = sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, job->path);
+    job->a.out.data = job->out;
+    job->a.lse.data = job->lse;
+    for (int i = 0; i < job->calls && job->status == SDPA_OK; i++)
+        job->status = sdpa_forward(ctx, &job->a);
+    sdpa_ctx_destroy(ctx);
+    return NULL;
+}
+
+/* Four threads, each with its own context (one or two workers of its own),
+ * on the same inputs at once: every result equals the serial one, bit for
+ * bit (run under ThreadSanitizer in CI). */
+static void test_contexts_in_parallel(void **state)
+{
+    const int dtype = *(int *)*state;
+    prob p;
+    prob_opts o = {1, 1, 0, SDPA_CAUSAL_BOTTOM_RIGHT, 1, 0, 1};
+    const int64_t lens[2] = {150, 97};
+    prob_make(&p, dtype, 4321, 2, 4, 2, 40, 150, 16, 8, &o, lens);
+    size_t bo = p.out.elems * p.out.esize, bl = p.lse.elems * p.lse.esize;
+    for (int path = SDPA_PATH_MATERIALISED; path <= SDPA_PATH_DECODE; ++path) {
+        sdpa_ctx *ctx = new_ctx(0);
+        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
+        assert_int_equal(sdpa_forward(ctx, &p.a), SDPA_OK);
+        sdpa_ctx_destroy(ctx);
+        parallel_job jobs[4];
+        pthread_t tid[4];
+        for (int t = 0; t < 4; t++) {
+            jobs[t] = (parallel_job){p.a,       malloc(bo), malloc(bl), bo, bl,
+                                     1 + t % 2, path,       -1,         3};
+            assert_true(jobs[t].out && jobs[t].lse);
+            assert_int_equal(
+                pthread_create(&tid[t], NULL, parallel_run, &jobs[t]), 0);
+        }
+        for (int t = 0; t < 4; t++) {
+            assert_int_equal(pthread_join(tid[t], NULL), 0);
+            assert_int_equal(jobs[t].status, SDPA_OK);
+            assert_memory_equal(jobs[t].out, p.out.mem, bo);
+            assert_memory_equal(jobs[t].lse, p.lse.mem, bl);
+            free(jobs[t].out);
+            free(jobs[t].lse);
+        }
+    }
+    prob_free(&p);
+}
+
 /* ---- bitwise identical across thread counts ---------------------------- */
 
 static void test_threads_bitwise(void **state)
@@ -897,6 +965,7 @@ int main(void)
         BOTH(test_permutation),
         BOTH(test_nan_beyond_kv_lens),
         BOTH(test_nan_behind_forbidden_keys),
+        BOTH(test_contexts_in_parallel),
         BOTH(test_threads_bitwise),
         BOTH(test_kernels_agree),
         BOTH(test_no_alloc_after_first_call),

@@ -216,6 +216,7 @@ typedef struct counting_alloc {
     long frees;         /* calls to free with a non-NULL pointer */
     long failures;      /* allocations refused on purpose */
     long fail_after;    /* refuse allocation number >= this; -1 = never */
+    long fail_at;       /* refuse allocation number == this only; -1 */
     long bad_alignment; /* alignment argument not a power of two <= 4096 */
     long bad_free;      /* free of an unknown pointer or with a wrong size */
     size_t live_bytes;
@@ -229,7 +230,9 @@ static inline void *ca_alloc(void *opaque, size_t size, size_t alignment)
     if (alignment == 0 || (alignment & (alignment - 1)) != 0 ||
         alignment > 4096)
         ca->bad_alignment++;
-    if (ca->fail_after >= 0 && ca->allocs >= ca->fail_after) {
+    long number = ca->allocs + ca->failures; /* this request's number */
+    if ((ca->fail_after >= 0 && ca->allocs >= ca->fail_after) ||
+        number == ca->fail_at) {
         ca->failures++;
         return NULL;
     }
@@ -293,6 +296,7 @@ static inline void ca_reset(counting_alloc *ca, long fail_after)
 {
     memset(ca, 0, sizeof *ca);
     ca->fail_after = fail_after;
+    ca->fail_at = -1;
 }
 
 /* ca_reset, then the allocator that counts into ca. */
