@@ -12,7 +12,8 @@
  * row i and key j, with L_b = kv_lens ? kv_lens[b] : Tk and g = Hq / Hkv:
  *
  *  1. logit s_ij = scale · <q[b,h,i,:], k[b,h/g,j,:]>, default scale
- *     1/sqrt(Dk); with a soft-cap c > 0, s = c·tanh(s/c); then + bias[b,h,i,j].
+ *     1/sqrt(Dk); with a soft-cap c > 0, s = c·tanh(s/c); then + bias[b,h,i,j]
+ *     (and, 1.1, the ALiBi term, see sdpa_forward_args).
  *     The soft-cap is accurate relative to the logit: each s (as computed
  *     in the dtype) becomes c·tanh(s/c) to within 8·eps·min(|s|, c), eps =
  *     FLT_EPSILON or DBL_EPSILON by dtype, on every kernel and path.
@@ -25,9 +26,11 @@
  *                                      attend");
  *       causal TOP_LEFT     and j > i;
  *       causal BOTTOM_RIGHT and j > i + (L_b - Tq);
- *       bias[b,h,i,j] == -inf.
+ *       bias[b,h,i,j] == -inf;
+ *       (1.1) j outside row i's window (see sdpa_forward_args).
  *     Forbidden keys are removed before the exponent (pre-softmax), so their
- *     weights are exactly 0 and every row of weights sums to 1.
+ *     weights are exactly 0 and every row of weights sums to 1 (less the
+ *     share of a sink, 1.1).
  *  3. m_i = max of s_ij over allowed j; p_ij = exp(s_ij - m_i) / Σ_j' exp(..);
  *     out_i = Σ_j p_ij v[b,h/g,j,:];  lse_i = m_i + log Σ_j exp(s_ij - m_i).
  *  4. A row with no allowed key fails the call with SDPA_ERR_FULLY_MASKED_ROW
@@ -36,12 +39,12 @@
  *     row = 0 and lse = -inf (the ONNX / PyTorch / FlashAttention convention).
  *  5. K and V rows that no query row may see are never read, so padding
  *     may hold anything (garbage, NaN): rows j >= L_b, and every key that
- *     the mask, causality or a -inf bias forbids for all query rows of
- *     every head of a batch item's GQA group (a left-padding mask is the
- *     everyday case). A key forbidden for some rows but allowed for others
- *     is read; its V row is multiplied by a weight of exactly 0 for the
- *     rows that do not see it, so a NaN or infinity there can still turn
- *     those rows' outputs to NaN: keep V finite where any row may look.
+ *     the mask, causality, a window or a -inf bias forbids for all query
+ *     rows of every head of a batch item's GQA group (a left-padding mask
+ *     is the everyday case). A key forbidden for some rows but allowed for
+ * others is read; its V row is multiplied by a weight of exactly 0 for the rows
+ * that do not see it, so a NaN or infinity there can still turn those rows'
+ * outputs to NaN: keep V finite where any row may look.
  *  6. mask and bias broadcast over every dimension, keys included: a
  *     dimension of extent 1, or of stride 0, is broadcast. They are never
  *     BLAS operands, so any non-negative stride is accepted on every
@@ -69,7 +72,7 @@
 #include <stdint.h>
 
 #define SDPA_VERSION_MAJOR 1
-#define SDPA_VERSION_MINOR 0
+#define SDPA_VERSION_MINOR 1
 #define SDPA_VERSION_PATCH 0
 
 #define SDPA_VERSION_NUMBER                                                    \
@@ -137,7 +140,16 @@ enum {
     SDPA_ERR_FULLY_MASKED_ROW = 18, /* a query row has no allowed key */
     SDPA_ERR_NONFINITE = 19,     /* a logit is NaN or +inf (during compute) */
     SDPA_ERR_OUT_OF_MEMORY = 20, /* the allocator returned NULL */
-    SDPA_ERR_UNSUPPORTED = 21    /* forced kernel/path not usable here */
+    SDPA_ERR_UNSUPPORTED = 21,   /* forced kernel/path not usable here */
+    /* 1.1 */
+    SDPA_ERR_BAD_WINDOW = 22,      /* window extents below -1, or set
+                                      without SDPA_FLAG_WINDOW */
+    SDPA_ERR_BAD_ALIBI = 23,       /* an ALiBi slope (or max_bias) NaN or
+                                      infinite */
+    SDPA_ERR_BAD_SINK = 24,        /* a sink logit NaN or infinite */
+    SDPA_ERR_BAD_LOGITS_STAGE = 25 /* logits_stage not an SDPA_LOGITS_*
+                                      value, or set without the logits
+                                      tensor (or the tensor without it) */
 };
 
 /* A short fixed description of a status; never NULL (unknown codes get
@@ -242,7 +254,19 @@ enum {
     SDPA_CAUSAL_BOTTOM_RIGHT = 2
 };
 /* Flags of sdpa_forward_args.flags; unknown bits are an error. */
-enum { SDPA_FLAG_MASK_NONZERO_ALLOWS = 1u << 0 };
+enum {
+    SDPA_FLAG_MASK_NONZERO_ALLOWS = 1u << 0,
+    SDPA_FLAG_WINDOW = 1u << 1 /* 1.1: window_left / window_right apply */
+};
+/* The stage whose scores the optional logits output holds (1.1); ONNX
+ * Attention's qk_matmul_output_mode 0, 1 and 2 (its mode 3, the softmax,
+ * is the weights output). */
+enum {
+    SDPA_LOGITS_SCALED = 1, /* scale · <q, k>                    (ONNX 0) */
+    SDPA_LOGITS_CAPPED = 2, /* after the soft-cap                (ONNX 1) */
+    SDPA_LOGITS_MASKED = 3  /* after bias and ALiBi, forbidden
+                               keys -inf: what the softmax takes (ONNX 2) */
+};
 
 /* A rank-4 strided view in logical order (N, H, T, D); strides count
  * elements, not bytes. data == NULL marks an optional tensor as absent.
@@ -272,9 +296,33 @@ typedef struct sdpa_tensor {
  *   weights [N, Hq,  Tq, Tk]   dtype, optional output: the probabilities
  *   lse     [N, Hq,  Tq, 1]    dtype, optional output: natural log-sum-exp
  *
- * Innermost strides of q, k, v, out and weights must be 1; mask and bias
- * take any non-negative stride[3]; stride[3] of lse is ignored. K and V may
- * be broadcast over N with stride 0. */
+ *   logits  [N, Hq,  Tq, Tk]   dtype, optional output (1.1): the scores
+ *                              at logits_stage; -inf at forbidden keys
+ *
+ * Innermost strides of q, k, v, out, weights and logits must be 1; mask and
+ * bias take any non-negative stride[3]; stride[3] of lse is ignored. K and V
+ * may be broadcast over N with stride 0.
+ *
+ * Fields appended in 1.1 (struct_size 736; zero = as in 1.0). Each row i of
+ * batch item b has a diagonal d_i = i under SDPA_CAUSAL_TOP_LEFT and
+ * d_i = i + (L_b - Tq) otherwise (bottom-right, FlashAttention's anchor; the
+ * two agree when Tq = L_b):
+ *   window   with SDPA_FLAG_WINDOW, key j is forbidden when j - d_i <
+ *            -window_left or j - d_i > window_right; -1 = unbounded on that
+ *            side (left -1, right 0 is causal). Keys and tiles outside the
+ *            band are never computed: a call costs O(Tq · window).
+ *   alibi    alibi_slopes: Hq finite slopes; -slope_h · |j - d_i| is added
+ *            to each logit after the soft-cap, with the bias
+ *            (sdpa_alibi_slopes fills the standard ones).
+ *   sinks    Hq finite sink logits sigma_h: a key with no value that joins
+ *            every row's softmax: the denominator gains exp(sigma_h - m), m
+ *            the max over the row's logits and sigma_h; lse includes it;
+ *            the weights of a row sum to 1 minus the sink's share. A row
+ *            whose keys are all forbidden has output 0, lse sigma_h and
+ *            weights 0: it is not an empty row.
+ *   logits   the scores of the allowed keys at logits_stage (SDPA_LOGITS_*),
+ *            -inf at forbidden ones; like the weights, it needs the
+ *            materialised path. */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
     int dtype;              /* SDPA_FLOAT32 or SDPA_FLOAT64 */
@@ -286,6 +334,14 @@ typedef struct sdpa_forward_args {
     sdpa_tensor q, k, v;
     sdpa_tensor mask, bias;
     sdpa_tensor out, weights, lse;
+    /* 1.1 (see above) */
+    int64_t window_left;        /* SDPA_FLAG_WINDOW: keys left of the
+                                   diagonal; -1 = unbounded */
+    int64_t window_right;       /* SDPA_FLAG_WINDOW: keys right of it */
+    const double *alibi_slopes; /* optional, Hq ALiBi slopes */
+    const double *sinks;        /* optional, Hq sink logits */
+    sdpa_tensor logits;         /* optional output: scores at a stage */
+    int logits_stage;           /* SDPA_LOGITS_*, with logits only */
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif
@@ -298,6 +354,14 @@ typedef struct sdpa_forward_args {
 
 /* Compute attention for the whole batch. */
 SDPA_API int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args);
+
+/* The standard ALiBi slopes for `heads` heads (1.1): 2^(-max_bias·(h+1)/n)
+ * for the first n heads, n the largest power of two <= heads, then the odd
+ * ones of the 2n-head sequence, 2^(-max_bias·(2(h-n)+1)/(2n)), for the rest
+ * (Press et al.; ggml's max_bias). max_bias = 0 means 8, the paper's value.
+ * SDPA_ERR_BAD_DIM for heads <= 0, SDPA_ERR_BAD_ALIBI for a negative or
+ * non-finite max_bias; nothing is written then. */
+SDPA_API int sdpa_alibi_slopes(int64_t heads, double max_bias, double *slopes);
 
 /* Validate args and plan the call without computing: *bytes receives the
  * scratch the call will hold in the context (what sdpa_forward would grow it

@@ -102,7 +102,13 @@ typedef struct sdpa_problem {
     bool mask_nonzero_allows;
     bool empty_rows_zero;
     const int64_t *kv_lens;
-    sdpa_view q, k, v, mask, bias, out, weights, lse;
+    /* 1.1: a window's extents (-1 = unbounded side, both -1 without a
+     * window), ALiBi slopes and sinks (Hq each, or NULL), the logits
+     * output's stage (0 without it) */
+    int64_t window_left, window_right;
+    const double *alibi_slopes, *sinks;
+    int logits_stage;
+    sdpa_view q, k, v, mask, bias, out, weights, lse, logits;
 } sdpa_problem;
 
 /* Checks every argument and every size; writes nothing but *problem and, on
@@ -110,18 +116,41 @@ typedef struct sdpa_problem {
 int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
                   sdpa_problem *problem);
 
-/* Number of keys row `row` of batch item `b` may see before the mask and the
- * bias are applied: keys [0, limit) are candidates; limit <= 0 means none. */
+/* Row `row`'s diagonal d_i (include/sdpa.h): the key that the causal mask,
+ * the window and ALiBi measure distances from. Top-left: i; otherwise
+ * bottom-right, i + (L_b - Tq). */
+static inline int64_t sdpa_diagonal(const sdpa_problem *p, int64_t b,
+                                    int64_t row)
+{
+    int64_t valid = p->kv_lens ? p->kv_lens[b] : p->len_k;
+    return p->causal == SDPA_CAUSAL_TOP_LEFT ? row : row + valid - p->len_q;
+}
+
+/* Keys row `row` of batch item `b` may see before the mask and the bias
+ * are applied: [sdpa_key_start, sdpa_key_limit) — kv_lens, causality and
+ * the window; none when limit <= start. Both never decrease with the row.
+ * (Window extents are at most Tq + Tk after validation: no overflow.) */
 static inline int64_t sdpa_key_limit(const sdpa_problem *p, int64_t b,
                                      int64_t row)
 {
     int64_t valid = p->kv_lens ? p->kv_lens[b] : p->len_k;
-    int64_t limit = valid;
-    if (p->causal == SDPA_CAUSAL_TOP_LEFT)
-        limit = row + 1;
-    else if (p->causal == SDPA_CAUSAL_BOTTOM_RIGHT)
-        limit = row + 1 + (valid - p->len_q);
+    int64_t limit = valid, diagonal = sdpa_diagonal(p, b, row);
+    if (p->causal != SDPA_CAUSAL_NONE)
+        limit = diagonal + 1;
+    if (p->window_right >= 0 && diagonal + p->window_right + 1 < limit)
+        limit = diagonal + p->window_right + 1;
     return limit < valid ? limit : valid;
+}
+
+static inline int64_t sdpa_key_start(const sdpa_problem *p, int64_t b,
+                                     int64_t row)
+{
+    if (p->window_left < 0)
+        return 0;
+    int64_t valid = p->kv_lens ? p->kv_lens[b] : p->len_k;
+    int64_t start = sdpa_diagonal(p, b, row) - p->window_left;
+    start = start < valid ? start : valid; /* past every key: none left */
+    return start > 0 ? start : 0;
 }
 
 /* Row i's mask over keys [j0, j0 + n) as n contiguous bytes: the caller's

@@ -38,7 +38,9 @@ int64_t sdpa_live_keys(const sdpa_problem *p, const sdpa_row_block *slice,
     const int64_t n = slice->heads * slice->rows;
     memset(live, 0, (size_t)bk);
     /* A mask and bias that are the same for every head and row of the
-     * slice are read once, up to the furthest row limit. */
+     * slice are read once, over the union of the rows' key ranges: from
+     * the first row's start to the last row's limit (both never decrease
+     * down the rows, and consecutive rows' ranges overlap or touch). */
     bool same_rows =
         (!p->mask.data || (p->mask.stride[1] == 0 && p->mask.stride[2] == 0)) &&
         (!p->bias.data || (p->bias.stride[1] == 0 && p->bias.stride[2] == 0));
@@ -46,11 +48,13 @@ int64_t sdpa_live_keys(const sdpa_problem *p, const sdpa_row_block *slice,
     for (int64_t r = 0; r < n && count < bk; r++) {
         int64_t h = slice->head_first + r % slice->heads;
         int64_t i = slice->row_first + r / slice->heads;
+        int64_t begin = sdpa_key_start(p, slice->batch, i);
         if (same_rows) /* the last row's limit is the furthest */
             i = slice->row_first + slice->rows - 1;
         int64_t end = sdpa_key_limit(p, slice->batch, i);
         end = end < kb + bk ? end : kb + bk;
-        for (int64_t j = kb; j < end; j++)
+        begin = begin > kb ? begin : kb;
+        for (int64_t j = begin; j < end; j++)
             if (!live[j - kb] && !forbidden(p, slice->batch, h, i, j)) {
                 live[j - kb] = 1;
                 count++;

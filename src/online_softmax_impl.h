@@ -1,5 +1,7 @@
 /* The online softmax engine for one dtype (T/SUF, GEMM, GEMV); see
  * online_softmax.h for the algorithm. */
+#include "alibi_impl.h"
+
 static void NAME(gather_queries)(const sdpa_problem *p,
                                  const sdpa_row_block *blk, T *dst)
 {
@@ -24,7 +26,6 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
     T *acc = SDPA_REGION(T, plan, scratch, o);
     T *m = SDPA_REGION(T, plan, scratch, m);
     T *l = SDPA_REGION(T, plan, scratch, l);
-    int64_t *limit = SDPA_REGION(int64_t, plan, scratch, a);
 
     /* One head's rows are already a strided matrix; a stack of heads is
      * gathered (g·Tq·Dk values, nothing next to the Tk·Dk of K). */
@@ -40,29 +41,42 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         q_ld = p->dim_k;
     }
 
-    int64_t key_end = blk->key_begin;
+    /* Each stacked row sees keys [start, limit) of the block's range (its
+     * key range, kv_lens, causality, window); both never decrease down the
+     * stack. The block starting at key 0 carries the sink, if any: a key
+     * with logit sigma_h and no value, so m = sigma_h, l = 1, O = 0. */
+    int64_t *limit = SDPA_REGION(int64_t, plan, scratch, a);
+    int64_t *start = limit + n;
+    int64_t key_first = blk->key_end, key_end = blk->key_begin;
     for (int64_t r = 0; r < n; r++) {
-        int64_t lim =
-            sdpa_key_limit(p, blk->batch, blk->row_first + r / blk->heads);
+        int64_t i = blk->row_first + r / blk->heads;
+        int64_t lim = sdpa_key_limit(p, blk->batch, i);
+        int64_t first = sdpa_key_start(p, blk->batch, i);
         limit[r] = lim < blk->key_end ? lim : blk->key_end;
-        key_end = limit[r] > key_end ? limit[r] : key_end;
-        m[r] = (T)-INFINITY;
-        l[r] = 0;
+        start[r] = first > blk->key_begin ? first : blk->key_begin;
+        if (start[r] < limit[r]) {
+            key_first = start[r] < key_first ? start[r] : key_first;
+            key_end = limit[r] > key_end ? limit[r] : key_end;
+        }
+        bool sink = p->sinks && blk->key_begin == 0;
+        m[r] =
+            sink ? (T)p->sinks[blk->head_first + r % blk->heads] : (T)-INFINITY;
+        l[r] = sink ? 1 : 0;
     }
 
     for (int64_t e = 0; e < n * dv; e++)
         acc[e] = 0;
-    /* Rows below `active` see none of the keys from kb on: the limits never
-     * decrease down the stack, so the rows a key block needs are a suffix
-     * and both products skip the rows above it (causal masks). */
-    int64_t active = 0;
+    /* Rows [active, active_end) see keys of the block at kb: those above
+     * `active` end before it, those from `active_end` on start after it
+     * (causal masks and windows), and both products skip them. */
+    int64_t active = 0, active_end = 0;
     const T *k = AT(&p->k, blk->batch, blk->head_kv, 0);
     const T *v = AT(&p->v, blk->batch, blk->head_kv, 0);
     const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
     const int64_t v_ld = sdpa_row_stride(&p->v, dv);
     const bool filtered = p->mask.data || p->bias.data;
     uint8_t *live = SDPA_REGION(uint8_t, plan, scratch, live);
-    for (int64_t kb = blk->key_begin; kb < key_end; kb += plan->block_k) {
+    for (int64_t kb = key_first; kb < key_end; kb += plan->block_k) {
         int64_t bk =
             key_end - kb < plan->block_k ? key_end - kb : plan->block_k;
         /* Keys no row may see (a mask, a −inf bias) are never read: both
@@ -75,7 +89,11 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         }
         while (active < n && limit[active] <= kb)
             active++;
-        const int64_t m_rows = n - active;
+        while (active_end < n && start[active_end] < kb + bk)
+            active_end++;
+        if (active_end <= active)
+            continue;
+        const int64_t m_rows = active_end - active;
         T *s_rows = s + active * ld, *acc_rows = acc + active * dv;
 
         for (int64_t j0 = 0, j1; j0 < bk; j0 = j1) {
@@ -102,33 +120,42 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         /* The scores of dead keys were not computed: any finite value does,
          * as the mask or bias forbids them in every row. */
         if (live_count < bk)
-            for (int64_t r = active; r < n; r++)
+            for (int64_t r = active; r < active_end; r++)
                 for (int64_t j = 0; j < bk; j++)
                     if (!live[j])
                         s[r * ld + j] = 0;
 
-        for (int64_t r = active; r < n; r++) {
+        for (int64_t r = active; r < active_end; r++) {
             int64_t h = blk->head_first + r % blk->heads;
             int64_t i = blk->row_first + r / blk->heads;
-            T *x = s + r * ld;
-            int64_t lim = limit[r] - kb;
-            lim = lim < 0 ? 0 : lim > bk ? bk : lim;
+            T *row = s + r * ld;
+            /* this row's keys in the block: row[lo, lim) */
+            int64_t lo = start[r] - kb, lim = limit[r] - kb;
+            lo = lo < 0 ? 0 : lo;
+            lim = lim > bk ? bk : lim;
+            T *x = row + lo;
+            int64_t len = lim > lo ? lim - lo : 0;
             T block_max = (T)-INFINITY;
-            if (lim > 0) {
+            if (len > 0) {
                 if (p->softcap > 0)
-                    rk->softcap(x, lim, (T)p->softcap);
+                    rk->softcap(x, len, (T)p->softcap);
+                if (p->alibi_slopes)
+                    NAME(add_alibi)
+                (x, len, (T)p->alibi_slopes[h],
+                 kb + lo - sdpa_diagonal(p, blk->batch, i));
                 const T *bias =
                     p->bias.data
-                        ? sdpa_bias_keys(p, blk->batch, h, i, kb, lim,
+                        ? sdpa_bias_keys(p, blk->batch, h, i, kb + lo, len,
                                          SDPA_REGION(T, plan, scratch, bias))
                         : NULL;
                 const uint8_t *mask =
-                    p->mask.data ? sdpa_mask_keys(p, blk->batch, h, i, kb, lim,
-                                                  SDPA_REGION(uint8_t, plan,
-                                                              scratch, mask))
-                                 : NULL;
+                    p->mask.data
+                        ? sdpa_mask_keys(
+                              p, blk->batch, h, i, kb + lo, len,
+                              SDPA_REGION(uint8_t, plan, scratch, mask))
+                        : NULL;
                 block_max =
-                    rk->mask_max(x, lim, bias, mask, p->mask_nonzero_allows);
+                    rk->mask_max(x, len, bias, mask, p->mask_nonzero_allows);
             }
             if (block_max != block_max || block_max == (T)INFINITY) {
                 *where = (sdpa_where){blk->batch, h, i};
@@ -136,9 +163,9 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
             }
             T m_new = block_max > m[r] ? block_max : m[r];
             if (m_new == (T)-INFINITY) {
-                lim = 0; /* nothing allowed yet: P row is 0 */
+                len = 0; /* nothing allowed yet: P row is 0 */
             } else {
-                T sum = rk->exp_sum(x, lim, m_new);
+                T sum = len > 0 ? rk->exp_sum(x, len, m_new) : 0;
                 if (!(sum >= 0) || sum == (T)INFINITY) {
                     *where = (sdpa_where){blk->batch, h, i};
                     return SDPA_ERR_NONFINITE;
@@ -152,8 +179,11 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                 l[r] += sum;
                 m[r] = m_new;
             }
-            for (int64_t j = lim; j < bk; j++)
-                x[j] = 0;
+            /* P is 0 outside the row's keys, for the P·V gemm */
+            for (int64_t j = 0; j < lo; j++)
+                row[j] = 0;
+            for (int64_t j = lo + len; j < bk; j++)
+                row[j] = 0;
         }
 
         for (int64_t j0 = 0, j1; j0 < bk; j0 = j1) {

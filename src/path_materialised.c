@@ -3,6 +3,7 @@
  * for float and double. */
 #include "internal.h"
 #include "rows.h"
+#include "vexp.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -14,6 +14,27 @@
  * weights are exactly the probabilities that produced the output.
  */
 
+#include "alibi_impl.h"
+
+/* The logits output of row x (its keys [lo, lo + len) at columns c0 + lo
+ * on), at a stage: the stage's values at the row's keys, -inf elsewhere;
+ * after the mask (stage < MASKED) keys the mask or bias forbade become
+ * -inf too (fix_forbidden). */
+static void NAME(logits_store)(T *logits, int64_t len_k, const T *x,
+                               int64_t first, int64_t len)
+{
+    for (int64_t j = 0; j < len_k; j++)
+        logits[j] = j >= first && j < first + len ? x[j - first] : (T)-INFINITY;
+}
+
+static void NAME(logits_fix_forbidden)(T *logits, const T *x, int64_t first,
+                                       int64_t len)
+{
+    for (int64_t j = 0; j < len; j++)
+        if (x[j] == (T)-INFINITY)
+            logits[first + j] = (T)-INFINITY;
+}
+
 static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
                                    int kernel, void *scratch, int64_t item,
                                    sdpa_where *where)
@@ -26,14 +47,17 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
     int64_t i0 = q_block * plan->block_q;
     int64_t rows =
         p->len_q - i0 < plan->block_q ? p->len_q - i0 : plan->block_q;
+    /* The block's keys: c0 (the first row's start, the smallest) up to the
+     * last row's limit (the largest); column j of S is key c0 + j. */
+    int64_t c0 = sdpa_key_start(p, b, i0);
     int64_t last_limit = sdpa_key_limit(p, b, i0 + rows - 1);
-    int64_t ncols = last_limit > 0 ? last_limit : 0;
+    int64_t ncols = last_limit > c0 ? last_limit - c0 : 0;
 
     const bool want_weights = p->weights.data != NULL;
     T *s;
     int64_t ld;
     if (want_weights) {
-        s = AT(&p->weights, b, h, i0);
+        s = AT(&p->weights, b, h, i0) + c0;
         ld = sdpa_row_stride(&p->weights, p->len_k);
     } else {
         s = SDPA_REGION(T, plan, scratch, s);
@@ -48,8 +72,8 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
     uint8_t *live = SDPA_REGION(uint8_t, plan, scratch, live);
     int64_t live_count = ncols;
     if (ncols > 0 && (p->mask.data || p->bias.data)) {
-        sdpa_row_block blk = {b, hk, h, 1, i0, rows, 0, ncols};
-        live_count = sdpa_live_keys(p, &blk, 0, ncols, live);
+        sdpa_row_block blk = {b, hk, h, 1, i0, rows, c0, c0 + ncols};
+        live_count = sdpa_live_keys(p, &blk, c0, ncols, live);
     }
     const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
     const int64_t v_ld = sdpa_row_stride(&p->v, p->dim_v);
@@ -60,73 +84,101 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
             for (int64_t j = 0; j < ncols; j++)
                 if (!live[j])
                     s[r * ld + j] = 0;
-    if (live_count > 0) {
-        for (int64_t j0 = 0, j1; j0 < ncols; j0 = j1) {
-            if (live_count < ncols) {
-                j0 = sdpa_next_run(live, j0, ncols, &j1);
-                if (j0 == ncols)
-                    break;
-            } else {
-                j1 = ncols;
-            }
-            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows,
-                 (int)(j1 - j0), (int)p->dim_k, (T)p->scale,
-                 AT(&p->q, b, h, i0), (int)sdpa_row_stride(&p->q, p->dim_k),
-                 AT(&p->k, b, hk, j0), (int)k_ld, (T)0, s + j0, (int)ld);
+    for (int64_t j0 = 0, j1; live_count > 0 && j0 < ncols; j0 = j1) {
+        if (live_count < ncols) {
+            j0 = sdpa_next_run(live, j0, ncols, &j1);
+            if (j0 == ncols)
+                break;
+        } else {
+            j1 = ncols;
         }
-        if (p->softcap > 0)
-            for (int64_t r = 0; r < rows; r++)
-                rk->softcap(s + r * ld, ncols, (T)p->softcap);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)(j1 - j0),
+             (int)p->dim_k, (T)p->scale, AT(&p->q, b, h, i0),
+             (int)sdpa_row_stride(&p->q, p->dim_k), AT(&p->k, b, hk, c0 + j0),
+             (int)k_ld, (T)0, s + j0, (int)ld);
     }
 
     for (int64_t r = 0; r < rows; r++) {
         int64_t i = i0 + r;
-        T *x = s + r * ld;
-        int64_t limit = sdpa_key_limit(p, b, i);
-        if (limit < 0)
-            limit = 0;
+        T *row = s + r * ld;
+        /* this row's keys: columns [lo, lo + len) */
+        int64_t lo = sdpa_key_start(p, b, i) - c0;
+        int64_t hi = sdpa_key_limit(p, b, i) - c0;
+        hi = hi > ncols ? ncols : hi;
+        int64_t len = hi > lo ? hi - lo : 0;
+        T *x = row + lo;
+        T *logits = p->logits_stage ? AT(&p->logits, b, h, i) : NULL;
+        if (logits && p->logits_stage == SDPA_LOGITS_SCALED)
+            NAME(logits_store)(logits, p->len_k, x, c0 + lo, len);
+        if (len > 0 && p->softcap > 0)
+            rk->softcap(x, len, (T)p->softcap);
+        if (logits && p->logits_stage == SDPA_LOGITS_CAPPED)
+            NAME(logits_store)(logits, p->len_k, x, c0 + lo, len);
+        if (len > 0 && p->alibi_slopes)
+            NAME(add_alibi)
+        (x, len, (T)p->alibi_slopes[h], c0 + lo - sdpa_diagonal(p, b, i));
         const T *bias =
-            p->bias.data && limit > 0
-                ? sdpa_bias_keys(p, b, h, i, 0, limit,
+            p->bias.data && len > 0
+                ? sdpa_bias_keys(p, b, h, i, c0 + lo, len,
                                  SDPA_REGION(T, plan, scratch, bias))
                 : NULL;
         const uint8_t *mask =
-            p->mask.data && limit > 0
-                ? sdpa_mask_keys(p, b, h, i, 0, limit,
+            p->mask.data && len > 0
+                ? sdpa_mask_keys(p, b, h, i, c0 + lo, len,
                                  SDPA_REGION(uint8_t, plan, scratch, mask))
                 : NULL;
-        T m = limit > 0
-                  ? rk->mask_max(x, limit, bias, mask, p->mask_nonzero_allows)
-                  : (T)-INFINITY;
-        T sum = 0, lse = (T)-INFINITY;
+        T m = len > 0 ? rk->mask_max(x, len, bias, mask, p->mask_nonzero_allows)
+                      : (T)-INFINITY;
         if (m != m || m == (T)INFINITY) {
             *where = (sdpa_where){b, h, i};
             return SDPA_ERR_NONFINITE;
         }
-        if (m == (T)-INFINITY) {
+        if (logits && p->logits_stage == SDPA_LOGITS_MASKED)
+            NAME(logits_store)(logits, p->len_k, x, c0 + lo, len);
+        else if (logits)
+            NAME(logits_fix_forbidden)(logits, x, c0 + lo, len);
+        /* The sink joins the softmax as one more logit with no value. */
+        T sink = p->sinks ? (T)p->sinks[h] : (T)-INFINITY;
+        T m_all = m > sink ? m : sink;
+        T sum = 0, lse = (T)-INFINITY;
+        if (m_all == (T)-INFINITY) {
             /* No allowed key: validation let it through only under the zero
              * convention, unless finite logits overflowed to -inf. */
             if (!p->empty_rows_zero) {
                 *where = (sdpa_where){b, h, i};
                 return SDPA_ERR_NONFINITE;
             }
-            limit = 0;
+            len = 0;
         } else {
-            sum = rk->exp_sum(x, limit, m);
+            sum = m != (T)-INFINITY ? rk->exp_sum(x, len, m_all) : 0;
+            if (p->sinks)
+                sum += NAME(sdpa_exp_neg)(sink - m_all);
             if (!(sum >= 1) || sum == (T)INFINITY) { /* exp(m - m) = 1 */
                 /* a NaN logit beside the max, or overflow */
                 *where = (sdpa_where){b, h, i};
                 return SDPA_ERR_NONFINITE;
             }
             if (p->lse.data)
-                lse = m + (T)log((double)sum);
+                lse = m_all + (T)log((double)sum);
+            if (m == (T)-INFINITY)
+                len = 0; /* only the sink: P row is 0 */
         }
-        /* Forbidden columns the gemms (or the caller) will read are 0. */
-        int64_t clear_to = want_weights ? p->len_k : ncols;
-        for (int64_t j = limit; j < clear_to; j++)
-            x[j] = 0;
+        /* P is 0 outside the row's keys: the columns the gemm reads, and
+         * in the caller's weights the whole row. */
+        if (want_weights) {
+            T *w_row = row - c0;
+            for (int64_t j = 0; j < c0 + lo; j++)
+                w_row[j] = 0;
+            for (int64_t j = c0 + lo + len; j < p->len_k; j++)
+                w_row[j] = 0;
+        } else {
+            for (int64_t j = 0; j < lo; j++)
+                row[j] = 0;
+            for (int64_t j = lo + len; j < ncols; j++)
+                row[j] = 0;
+        }
         if (want_weights && sum > 0)
-            rk->scale(x, limit, 1 / sum);
+            rk->scale(x, len, 1 / sum);
         /* what the output row is multiplied by after the P·V gemm */
         if (sum == 0)
             inv_sum[r] = 0;
@@ -149,7 +201,7 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
         }
         GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
              (int)p->dim_v, (int)(j1 - j0), (T)1, s + j0, (int)ld,
-             AT(&p->v, b, hk, j0), (int)v_ld, beta, out, (int)out_ld);
+             AT(&p->v, b, hk, c0 + j0), (int)v_ld, beta, out, (int)out_ld);
         beta = 1;
     }
     for (int64_t r = 0; r < rows; r++) {

@@ -134,13 +134,14 @@ static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
 {
     enum { REGIONS = 9 };
     const size_t es = p->elem_size;
+    /* region a: each row's key limit and start (two int64 a row) */
     const size_t counts[REGIONS] = {
         q,
         s,
         o,
         rows,
         rows,
-        rows,
+        2 * rows,
         p->mask.data && p->mask.stride[3] != 1 ? keys : 0,
         p->bias.data && p->bias.stride[3] != 1 ? keys : 0,
         p->mask.data || p->bias.data ? keys : 0};
@@ -167,7 +168,7 @@ static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
 static int choose_path(sdpa_ctx *ctx, const sdpa_problem *p)
 {
     int64_t path = ctx->options[SDPA_OPT_PATH];
-    bool weights = p->weights.data != NULL;
+    bool weights = p->weights.data != NULL || p->logits.data != NULL;
     if (path == SDPA_PATH_AUTO) {
         if (weights)
             return SDPA_PATH_MATERIALISED;
@@ -177,8 +178,9 @@ static int choose_path(sdpa_ctx *ctx, const sdpa_problem *p)
     }
     if (weights && path != SDPA_PATH_MATERIALISED)
         return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,
-                         "sdpa_forward: the weights output needs the "
+                         "sdpa_forward: the %s output needs the "
                          "materialised path, but SDPA_OPT_PATH forces %s",
+                         p->weights.data ? "weights" : "logits",
                          path == SDPA_PATH_TILED ? "the tiled path"
                                                  : "the decode path"),
                -1;

@@ -10,7 +10,8 @@
 #include <math.h>
 #include <string.h>
 
-#define KNOWN_FLAGS ((uint32_t)SDPA_FLAG_MASK_NONZERO_ALLOWS)
+#define KNOWN_FLAGS                                                            \
+    ((uint32_t)(SDPA_FLAG_MASK_NONZERO_ALLOWS | SDPA_FLAG_WINDOW))
 
 enum { N_DIM, H_DIM, T_DIM, D_DIM };
 
@@ -172,7 +173,7 @@ static bool ranges_meet(const byte_range *a, const byte_range *b)
 /* Is any key allowed for this row by the mask and the bias (keys below
  * limit only)? Stops at the first allowed key. */
 static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
-                                int64_t i, int64_t limit)
+                                int64_t i, int64_t start, int64_t limit)
 {
     const uint8_t *mask = NULL;
     const char *bias = NULL;
@@ -182,7 +183,7 @@ static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
         bias = sdpa_at(&p->bias, p->elem_size, b, h, i);
     const int64_t mask_step = p->mask.stride[D_DIM];
     const int64_t bias_step = p->bias.stride[D_DIM];
-    for (int64_t j = 0; j < limit; j++) {
+    for (int64_t j = start; j < limit; j++) {
         if (mask && (mask[j * mask_step] != 0) != p->mask_nonzero_allows)
             continue;
         if (bias) {
@@ -206,12 +207,13 @@ static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
      * walked, so the check costs what the mask and bias hold (a shape of
      * stride-0 broadcasts can be huge): items when kv_lens or a mask/bias
      * differs per item; heads when a mask/bias differs per head; rows when
-     * causality or a mask/bias differs per row. Rows see more keys further
-     * down (the causal limits never decrease), so without mask or bias row
-     * 0 stands for all. */
+     * a window, or causality or a mask/bias, differs per row. Without a
+     * window rows see more keys further down (the causal limits never
+     * decrease), so without mask or bias row 0 stands for all. */
     bool scan = p->mask.data || p->bias.data;
+    bool window = p->window_left >= 0 || p->window_right >= 0;
     bool varies[3] = {p->kv_lens != NULL, false,
-                      scan && p->causal != SDPA_CAUSAL_NONE};
+                      window || (scan && p->causal != SDPA_CAUSAL_NONE)};
     for (int d = 0; d < 3; d++) {
         varies[d] |= p->mask.data && p->mask.stride[d] != 0;
         varies[d] |= p->bias.data && p->bias.stride[d] != 0;
@@ -222,9 +224,10 @@ static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
     for (int64_t b = 0; b < items; b++)
         for (int64_t h = 0; h < heads; h++)
             for (int64_t i = 0; i < rows; i++) {
+                int64_t start = sdpa_key_start(p, b, i);
                 int64_t limit = sdpa_key_limit(p, b, i);
-                if (limit > 0 &&
-                    (!scan || row_has_allowed_key(p, b, h, i, limit)))
+                if (limit > start &&
+                    (!scan || row_has_allowed_key(p, b, h, i, start, limit)))
                     continue;
                 return sdpa_fail(
                     ctx, SDPA_ERR_FULLY_MASKED_ROW,
@@ -237,9 +240,76 @@ static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
                     heads == 1 && p->heads_q > 1 ? " (and every head)" : "",
                     (long long)i,
                     rows == 1 && p->len_q > 1 && scan ? " (and every row)" : "",
-                    limit <= 0 ? "key length and causal mask exclude all"
-                               : "mask/bias forbid every key");
+                    limit <= start
+                        ? "key length, causal mask and window exclude all"
+                        : "mask/bias forbid every key");
             }
+    return SDPA_OK;
+}
+
+/* Hq values of a per-head array (ALiBi slopes, sinks): finite, and in a
+ * float32 call within float's range. */
+static int check_per_head(sdpa_ctx *ctx, const double *values, int64_t heads,
+                          int dtype, int status, const char *what)
+{
+    for (int64_t h = 0; h < heads; h++) {
+        double v = values[h];
+        if (!isfinite(v) || (dtype == SDPA_FLOAT32 && fabs(v) > FLT_MAX))
+            return sdpa_fail(
+                ctx, status, "sdpa_forward: %s[%lld] is %g, must be finite%s",
+                what, (long long)h, v,
+                dtype == SDPA_FLOAT32 ? " and within float32" : "");
+    }
+    return SDPA_OK;
+}
+
+/* The fields appended in 1.1: window, ALiBi slopes, sinks, logits stage
+ * (the logits tensor itself is checked with the others). Resolves them into
+ * p; a window side wider than Tq + Tk is unbounded. */
+static int check_appended(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                          sdpa_problem *p)
+{
+    p->window_left = p->window_right = -1;
+    if (args->flags & SDPA_FLAG_WINDOW) {
+        const int64_t side[2] = {args->window_left, args->window_right};
+        for (int s = 0; s < 2; s++)
+            if (side[s] < -1)
+                return sdpa_fail(ctx, SDPA_ERR_BAD_WINDOW,
+                                 "sdpa_forward: window_%s is %lld, must be "
+                                 "-1 (unbounded) or at least 0",
+                                 s ? "right" : "left", (long long)side[s]);
+        int64_t wide = p->len_q + p->len_k;
+        p->window_left = args->window_left > wide ? -1 : args->window_left;
+        p->window_right = args->window_right > wide ? -1 : args->window_right;
+    } else if (args->window_left != 0 || args->window_right != 0) {
+        return sdpa_fail(ctx, SDPA_ERR_BAD_WINDOW,
+                         "sdpa_forward: window_left %lld and window_right "
+                         "%lld are set but flags lack SDPA_FLAG_WINDOW",
+                         (long long)args->window_left,
+                         (long long)args->window_right);
+    }
+    int status = SDPA_OK;
+    if (args->alibi_slopes)
+        status = check_per_head(ctx, args->alibi_slopes, p->heads_q, p->dtype,
+                                SDPA_ERR_BAD_ALIBI, "alibi_slopes");
+    if (status == SDPA_OK && args->sinks)
+        status = check_per_head(ctx, args->sinks, p->heads_q, p->dtype,
+                                SDPA_ERR_BAD_SINK, "sinks");
+    if (status != SDPA_OK)
+        return status;
+    p->alibi_slopes = args->alibi_slopes;
+    p->sinks = args->sinks;
+    bool has_logits = args->logits.data != NULL;
+    int stage = args->logits_stage;
+    bool known = stage == SDPA_LOGITS_SCALED || stage == SDPA_LOGITS_CAPPED ||
+                 stage == SDPA_LOGITS_MASKED;
+    if (has_logits != (stage != 0) || (stage != 0 && !known))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_LOGITS_STAGE,
+                         "sdpa_forward: logits_stage is %d %s the logits "
+                         "output; it must be an SDPA_LOGITS_* value exactly "
+                         "when logits.data is set",
+                         stage, has_logits ? "with" : "without");
+    p->logits_stage = stage;
     return SDPA_OK;
 }
 
@@ -319,98 +389,35 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
     const extent HKV = {hkv, "k.shape[1] (Hkv)"};
     const extent TK = {tk, "k.shape[2] (Tk)"}, DV = {dv, "v.shape[3] (Dv)"};
     const extent ONE = {1, "its extent (one value per row)"};
-    /* Columns: name, tensor, view, required, is_output, broadcastable,
-     * rows_for_blas, any_inner, inner_unused, element size, extents. */
+    /* clang-format off */
+    /* Inputs, then outputs; what each may do is spelled out per tensor
+     * (every flag not named is false). */
     tensor_rule rules[] = {
-        {"q",
-         &args->q,
-         &p->q,
-         true,
-         false,
-         false,
-         true,
-         false,
-         false,
-         es,
-         {N, HQ, TQ, DK}},
-        {"k",
-         &args->k,
-         &p->k,
-         true,
-         false,
-         false,
-         true,
-         false,
-         false,
-         es,
-         {N, HKV, TK, DK}},
-        {"v",
-         &args->v,
-         &p->v,
-         true,
-         false,
-         false,
-         true,
-         false,
-         false,
-         es,
-         {N, HKV, TK, DV}},
-        {"mask",
-         &args->mask,
-         &p->mask,
-         false,
-         false,
-         true,
-         false,
-         true,
-         false,
-         1,
-         {N, HQ, TQ, TK}},
-        {"bias",
-         &args->bias,
-         &p->bias,
-         false,
-         false,
-         true,
-         false,
-         true,
-         false,
-         es,
-         {N, HQ, TQ, TK}},
-        {"out",
-         &args->out,
-         &p->out,
-         true,
-         true,
-         false,
-         true,
-         false,
-         false,
-         es,
-         {N, HQ, TQ, DV}},
-        {"weights",
-         &args->weights,
-         &p->weights,
-         false,
-         true,
-         false,
-         true,
-         false,
-         false,
-         es,
-         {N, HQ, TQ, TK}},
-        {"lse",
-         &args->lse,
-         &p->lse,
-         false,
-         true,
-         false,
-         false,
-         false,
-         true,
-         es,
-         {N, HQ, TQ, ONE}},
+        {.name = "q", .tensor = &args->q, .view = &p->q, .required = true,
+         .rows_for_blas = true, .elem_size = es, .expect = {N, HQ, TQ, DK}},
+        {.name = "k", .tensor = &args->k, .view = &p->k, .required = true,
+         .rows_for_blas = true, .elem_size = es, .expect = {N, HKV, TK, DK}},
+        {.name = "v", .tensor = &args->v, .view = &p->v, .required = true,
+         .rows_for_blas = true, .elem_size = es, .expect = {N, HKV, TK, DV}},
+        {.name = "mask", .tensor = &args->mask, .view = &p->mask,
+         .broadcastable = true, .any_inner = true, .elem_size = 1,
+         .expect = {N, HQ, TQ, TK}},
+        {.name = "bias", .tensor = &args->bias, .view = &p->bias,
+         .broadcastable = true, .any_inner = true, .elem_size = es,
+         .expect = {N, HQ, TQ, TK}},
+        {.name = "out", .tensor = &args->out, .view = &p->out,
+         .required = true, .is_output = true, .rows_for_blas = true,
+         .elem_size = es, .expect = {N, HQ, TQ, DV}},
+        {.name = "weights", .tensor = &args->weights, .view = &p->weights,
+         .is_output = true, .rows_for_blas = true, .elem_size = es,
+         .expect = {N, HQ, TQ, TK}},
+        {.name = "lse", .tensor = &args->lse, .view = &p->lse,
+         .is_output = true, .inner_unused = true, .elem_size = es,
+         .expect = {N, HQ, TQ, ONE}},
+        {.name = "logits", .tensor = &args->logits, .view = &p->logits,
+         .is_output = true, .elem_size = es, .expect = {N, HQ, TQ, TK}},
     };
+    /* clang-format on */
     enum { RULES = sizeof rules / sizeof rules[0] };
     for (int i = 0; i < RULES; i++)
         if (rules[i].required && !rules[i].tensor->data)
@@ -481,8 +488,12 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
     p->dim_v = dv;
     p->scale = args->scale != 0 ? args->scale : 1.0 / sqrt((double)dk);
     p->kv_lens = args->kv_lens;
+    int appended = check_appended(ctx, args, p);
+    if (appended != SDPA_OK)
+        return appended;
 
-    if (!p->empty_rows_zero)
+    /* With a sink no row is empty: it always has the sink. */
+    if (!p->empty_rows_zero && !p->sinks)
         return check_rows_have_keys(ctx, p);
     return SDPA_OK;
 }

@@ -39,6 +39,11 @@ FROZEN(SDPA_ERR_FULLY_MASKED_ROW, 18);
 FROZEN(SDPA_ERR_NONFINITE, 19);
 FROZEN(SDPA_ERR_OUT_OF_MEMORY, 20);
 FROZEN(SDPA_ERR_UNSUPPORTED, 21);
+/* 1.1 */
+FROZEN(SDPA_ERR_BAD_WINDOW, 22);
+FROZEN(SDPA_ERR_BAD_ALIBI, 23);
+FROZEN(SDPA_ERR_BAD_SINK, 24);
+FROZEN(SDPA_ERR_BAD_LOGITS_STAGE, 25);
 
 /* Option ids and their values. */
 FROZEN(SDPA_OPT_EMPTY_ROWS, 1);
@@ -66,6 +71,11 @@ FROZEN(SDPA_CAUSAL_NONE, 0);
 FROZEN(SDPA_CAUSAL_TOP_LEFT, 1);
 FROZEN(SDPA_CAUSAL_BOTTOM_RIGHT, 2);
 FROZEN(SDPA_FLAG_MASK_NONZERO_ALLOWS, 1u);
+/* 1.1 */
+FROZEN(SDPA_FLAG_WINDOW, 2u);
+FROZEN(SDPA_LOGITS_SCALED, 1);
+FROZEN(SDPA_LOGITS_CAPPED, 2);
+FROZEN(SDPA_LOGITS_MASKED, 3);
 
 /* Struct layouts of version 1 on LP64 targets (x86-64, aarch64, ...). */
 #if UINTPTR_MAX == UINT64_MAX && SIZE_MAX == UINT64_MAX
@@ -102,6 +112,14 @@ OFFSET(sdpa_forward_args, out, 408);
 OFFSET(sdpa_forward_args, weights, 480);
 OFFSET(sdpa_forward_args, lse, 552);
 MIN_SIZE(sdpa_forward_args, 624);
+/* appended in 1.1 */
+OFFSET(sdpa_forward_args, window_left, 624);
+OFFSET(sdpa_forward_args, window_right, 632);
+OFFSET(sdpa_forward_args, alibi_slopes, 640);
+OFFSET(sdpa_forward_args, sinks, 648);
+OFFSET(sdpa_forward_args, logits, 656);
+OFFSET(sdpa_forward_args, logits_stage, 728);
+MIN_SIZE(sdpa_forward_args, 736);
 #endif
 
 int main(void)
