@@ -10,6 +10,6 @@
  *   sdpa_online_softmax_f32  sdpa_online_softmax_f64
  *   sdpa_finish_row_f32      sdpa_finish_row_f64
  *   gather_queries_f32       gather_queries_f64      (static)
- *   mask_tile_closed_f32     mask_tile_closed_f64    (static) */
+ *   add_alibi_f32            add_alibi_f64           (static, alibi_impl.h) */
 #define SDPA_TEMPLATE "online_softmax_impl.h"
 #include "instantiate.h"

@@ -8,8 +8,10 @@
 #include <cblas.h>
 #include <math.h>
 
-/* Defines materialised_item_f32 and materialised_item_f64 (static), and
- * sdpa_materialised_item, which calls one of them by dtype. */
+/* Defines materialised_item_f32 and materialised_item_f64 (static, with
+ * logits_store_f32, logits_store_f64, logits_fix_forbidden_f32,
+ * logits_fix_forbidden_f64 and alibi_impl.h's add_alibi_f32, add_alibi_f64),
+ * and sdpa_materialised_item, which calls one of them by dtype. */
 #define SDPA_TEMPLATE "path_materialised_impl.h"
 #include "instantiate.h"
 
