@@ -57,7 +57,9 @@
  * computation starts, the caller's output buffers are untouched. The one
  * status that can only be detected during the computation is
  * SDPA_ERR_NONFINITE (a logit that is NaN or +inf, i.e. NaN/inf input or
- * overflow); after it the output buffers hold unspecified values.
+ * overflow; or a row whose allowed logits all overflow to -inf, which
+ * under SDPA_EMPTY_ROWS_ZERO is a zero row instead); after it the output
+ * buffers hold unspecified values.
  * sdpa_ctx_last_error() says what went wrong and where.
  *
  * Threads. A context is used by one thread at a time; any number of contexts
@@ -189,9 +191,10 @@ SDPA_API int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
 /* Free the context and its scratch. NULL is accepted. */
 SDPA_API void sdpa_ctx_destroy(sdpa_ctx *ctx);
 
-/* The message of the last failed call on this context: what and where.
- * "" when the last call succeeded; never NULL (for a NULL ctx, a fixed
- * message). */
+/* The message of the last failed sdpa_forward, sdpa_forward_workspace or
+ * sdpa_ctx_set_int on this context: what and where; "" after a successful
+ * one (sdpa_ctx_get_int, which takes a const context, leaves it as it is).
+ * Never NULL (for a NULL ctx, a fixed message). */
 SDPA_API const char *sdpa_ctx_last_error(const sdpa_ctx *ctx);
 
 /* Option ids: explicitly numbered and frozen. 0 is never an option. Every
@@ -204,9 +207,9 @@ enum {
     SDPA_OPT_SCRATCH_LIMIT = 5, /* score bytes per worker the materialised
                                    path aims for; 0 = auto (2 MiB) */
     SDPA_OPT_BLOCK_Q = 6,       /* query rows per work item (materialised,
-                                   tiled); 0 = auto */
+                                   tiled); 0 = auto, at most 2^20 */
     SDPA_OPT_BLOCK_K = 7        /* keys per block (tiled) or per chunk
-                                   (decode); 0 = auto */
+                                   (decode); 0 = auto, at most 2^20 */
     /* 8..999 reserved for stable options; 1000.. for experimental ones. */
 };
 

@@ -93,7 +93,7 @@ static int pool_grow(sdpa_ctx *ctx, int count)
         pool = sdpa_alloc(ctx, sizeof *pool);
         if (!pool)
             return sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
-                             "cannot allocate the thread pool");
+                             "sdpa_forward: cannot allocate the thread pool");
         *pool = (sdpa_pool){0};
         pthread_mutex_init(&pool->lock, NULL);
         pthread_cond_init(&pool->wake, NULL);
@@ -107,7 +107,8 @@ static int pool_grow(sdpa_ctx *ctx, int count)
         if (pthread_create(&pool->threads[index], NULL, worker_main,
                            &pool->args[index]) != 0)
             return sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
-                             "cannot start worker thread %d", index);
+                             "sdpa_forward: cannot start worker thread %d",
+                             index);
         pool->started++;
     }
     return SDPA_OK;

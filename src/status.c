@@ -27,6 +27,10 @@ const char *sdpa_status_string(int status)
         [SDPA_ERR_NONFINITE] = "a logit is NaN or infinite",
         [SDPA_ERR_OUT_OF_MEMORY] = "out of memory",
         [SDPA_ERR_UNSUPPORTED] = "not supported on this CPU or for this call",
+        [SDPA_ERR_BAD_WINDOW] = "bad sliding window",
+        [SDPA_ERR_BAD_ALIBI] = "bad ALiBi slope",
+        [SDPA_ERR_BAD_SINK] = "bad sink logit",
+        [SDPA_ERR_BAD_LOGITS_STAGE] = "bad logits stage",
     };
     if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
         return "unknown status";
