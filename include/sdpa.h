@@ -306,7 +306,7 @@ typedef struct sdpa_tensor {
  * bias take any non-negative stride[3]; stride[3] of lse is ignored. K and V
  * may be broadcast over N with stride 0.
  *
- * Fields appended in 1.1 (struct_size 736; zero = as in 1.0). Each row i of
+ * Fields appended in 1.1 (struct_size 880; zero = as in 1.0). Each row i of
  * batch item b has a diagonal d_i = i under SDPA_CAUSAL_TOP_LEFT and
  * d_i = i + (L_b - Tq) otherwise (bottom-right, FlashAttention's anchor; the
  * two agree when Tq = L_b):
@@ -325,7 +325,13 @@ typedef struct sdpa_tensor {
  *            weights 0: it is not an empty row.
  *   logits   the scores of the allowed keys at logits_stage (SDPA_LOGITS_*),
  *            -inf at forbidden ones; like the weights, it needs the
- *            materialised path. */
+ *            materialised path.
+ *   max_weight, entropy  per-row diagnostics of the softmax without T×T
+ *            memory, on every path ([N, Hq, Tq, 1] of the dtype, stride[3]
+ *            ignored, like lse): the largest weight max_j p_ij and the
+ *            entropy H_i = -Σ_j p_ij log p_ij = lse_i - Σ_j p_ij s_ij in
+ *            nats. A sink counts as one more outcome of the distribution.
+ *            A row with no allowed key (zero-row policy) reports 0 and 0. */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
     int dtype;              /* SDPA_FLOAT32 or SDPA_FLOAT64 */
@@ -345,6 +351,10 @@ typedef struct sdpa_forward_args {
     const double *sinks;        /* optional, Hq sink logits */
     sdpa_tensor logits;         /* optional output: scores at a stage */
     int logits_stage;           /* SDPA_LOGITS_*, with logits only */
+    sdpa_tensor max_weight;     /* optional output [N, Hq, Tq, 1]: the
+                                   largest weight of each row */
+    sdpa_tensor entropy;        /* optional output [N, Hq, Tq, 1]: each
+                                   row's entropy in nats */
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif

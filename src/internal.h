@@ -109,6 +109,8 @@ typedef struct sdpa_problem {
     const double *alibi_slopes, *sinks;
     int logits_stage;
     sdpa_view q, k, v, mask, bias, out, weights, lse, logits;
+    sdpa_view max_weight, entropy; /* 1.1 per-row diagnostics */
+    bool diagnostics;              /* either of them is asked for */
 } sdpa_problem;
 
 /* Checks every argument and every size; writes nothing but *problem and, on
@@ -232,6 +234,8 @@ typedef struct sdpa_plan {
     size_t off_q, off_s, off_o, off_m, off_l, off_a;
     size_t off_mask, off_bias; /* a row's gathered mask / bias keys */
     size_t off_live;           /* which keys of a block some row may see */
+    size_t off_t, off_e;       /* diagnostics: a row's final logits (t)
+                                  and each row's Σ e·(s − m) (e) */
     size_t worker_bytes;       /* scratch per worker, as reserved: at least what
                                   the plan uses, and never more for a call that is
                                   no larger (README: Usage) */
@@ -242,7 +246,7 @@ typedef struct sdpa_plan {
 
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan);
 
-/* Region `name` (q, s, o, m, l, a, mask, bias, live) of a worker's
+/* Region `name` (q, s, o, m, l, a, mask, bias, live, t, e) of a worker's
  * scratch, as a T*. */
 #define SDPA_REGION(T, plan, scratch, name)                                    \
     ((T *)(void *)((char *)(scratch) + (plan)->off_##name))

@@ -9,7 +9,10 @@
 /* Defines (greppable names of what NAME() pastes together):
  *   sdpa_online_softmax_f32  sdpa_online_softmax_f64
  *   sdpa_finish_row_f32      sdpa_finish_row_f64
+ *   sdpa_store_diagnostics_f32  sdpa_store_diagnostics_f64
  *   gather_queries_f32       gather_queries_f64      (static)
- *   add_alibi_f32            add_alibi_f64           (static, alibi_impl.h) */
+ *   add_alibi_f32            add_alibi_f64           (static, row_terms_impl.h)
+ *   entropy_sum_f32          entropy_sum_f64         (static, row_terms_impl.h)
+ */
 #define SDPA_TEMPLATE "online_softmax_impl.h"
 #include "instantiate.h"

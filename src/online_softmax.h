@@ -29,8 +29,10 @@
     int sdpa_online_softmax_##SUF(                                             \
         const sdpa_problem *p, const sdpa_plan *plan, int kernel,              \
         void *scratch, const sdpa_row_block *blk, sdpa_where *where);          \
+    void sdpa_store_diagnostics_##SUF(const sdpa_problem *p, int64_t b,        \
+                                      int64_t h, int64_t i, T l, T e);         \
     int sdpa_finish_row_##SUF(const sdpa_problem *p, int64_t b, int64_t h,     \
-                              int64_t i, const T *acc, T m, T l,               \
+                              int64_t i, const T *acc, T m, T l, T e,          \
                               sdpa_where *where);
 
 SDPA_DECLARE_ONLINE(float, f32)

@@ -1,6 +1,6 @@
 /* The online softmax engine for one dtype (T/SUF, GEMM, GEMV); see
  * online_softmax.h for the algorithm. */
-#include "alibi_impl.h"
+#include "row_terms_impl.h"
 
 static void NAME(gather_queries)(const sdpa_problem *p,
                                  const sdpa_row_block *blk, T *dst)
@@ -26,6 +26,10 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
     T *acc = SDPA_REGION(T, plan, scratch, o);
     T *m = SDPA_REGION(T, plan, scratch, m);
     T *l = SDPA_REGION(T, plan, scratch, l);
+    /* diagnostics: e[r] = Σ_j exp(s_j − m[r])·(s_j − m[r]) (the entropy's
+     * sum, relative to the running max like l), t a row's final logits */
+    T *e = p->diagnostics ? SDPA_REGION(T, plan, scratch, e) : NULL;
+    T *t = p->diagnostics ? SDPA_REGION(T, plan, scratch, t) : NULL;
 
     /* One head's rows are already a strided matrix; a stack of heads is
      * gathered (g·Tq·Dk values, nothing next to the Tk·Dk of K). */
@@ -62,10 +66,12 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         m[r] =
             sink ? (T)p->sinks[blk->head_first + r % blk->heads] : (T)-INFINITY;
         l[r] = sink ? 1 : 0;
+        if (e)
+            e[r] = 0; /* the sink's own term: exp(0)·0 */
     }
 
-    for (int64_t e = 0; e < n * dv; e++)
-        acc[e] = 0;
+    for (int64_t x = 0; x < n * dv; x++)
+        acc[x] = 0;
     /* Rows [active, active_end) see keys of the block at kb: those above
      * `active` end before it, those from `active_end` on start after it
      * (causal masks and windows), and both products skip them. */
@@ -165,17 +171,28 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
             if (m_new == (T)-INFINITY) {
                 len = 0; /* nothing allowed yet: P row is 0 */
             } else {
+                if (t)
+                    for (int64_t j = 0; j < len; j++)
+                        t[j] = x[j];
                 T sum = len > 0 ? rk->exp_sum(x, len, m_new) : 0;
                 if (!(sum >= 0) || sum == (T)INFINITY) {
                     *where = (sdpa_where){blk->batch, h, i};
                     return SDPA_ERR_NONFINITE;
                 }
                 if (m_new > m[r]) {
-                    /* e^{m − m'}: the old O and ℓ shrink as the max grows */
+                    /* e^{m − m'}: the old O and ℓ shrink as the max grows;
+                     * the entropy's sum moves to the new max too:
+                     * Σ e^{s−m'}(s−m') = e^{m−m'}(Σ e^{s−m}(s−m) + (m−m')ℓ) */
                     T shrink = NAME(sdpa_exp_neg)(m[r] - m_new);
+                    if (e)
+                        e[r] = l[r] > 0
+                                   ? shrink * (e[r] + (m[r] - m_new) * l[r])
+                                   : 0;
                     l[r] *= shrink;
                     rk->scale(acc + r * dv, dv, shrink);
                 }
+                if (e)
+                    e[r] += NAME(entropy_sum)(x, t, len, m_new);
                 l[r] += sum;
                 m[r] = m_new;
             }
@@ -202,11 +219,25 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
     return SDPA_OK;
 }
 
+void NAME(sdpa_store_diagnostics)(const sdpa_problem *p, int64_t b, int64_t h,
+                                  int64_t i, T l, T e)
+{
+    /* p_j = e^{s_j − m}/ℓ: the largest is 1/ℓ (m is the row's max), and
+     * H = −Σ p_j log p_j = log ℓ − Σ_j e^{s_j − m}(s_j − m)/ℓ. A row with
+     * no allowed key (ℓ = 0) reports 0 and 0. */
+    if (p->max_weight.data)
+        *AT(&p->max_weight, b, h, i) = l > 0 ? 1 / l : 0;
+    if (p->entropy.data)
+        *AT(&p->entropy, b, h, i) = l > 0 ? (T)log((double)l) - e / l : 0;
+}
+
 int NAME(sdpa_finish_row)(const sdpa_problem *p, int64_t b, int64_t h,
-                          int64_t i, const T *acc, T m, T l, sdpa_where *where)
+                          int64_t i, const T *acc, T m, T l, T e,
+                          sdpa_where *where)
 {
     T *out = AT(&p->out, b, h, i);
     T lse = (T)-INFINITY;
+    NAME(sdpa_store_diagnostics)(p, b, h, i, l, e);
     if (l > 0) {
         T inv = 1 / l;
         for (int64_t d = 0; d < p->dim_v; d++)

@@ -1,11 +1,12 @@
 /* The decode path's two phases for one dtype; see path_decode.c. */
 
-/* Partial results of chunk c of (b, KV head): rows × (Dv + 2) values,
- * O then m then ℓ per stacked row. */
+/* Partial results of chunk c of (b, KV head): rows × (Dv + 3) values,
+ * O then m, ℓ and the entropy's sum e (0 without diagnostics) per stacked
+ * row. */
 static T *NAME(partial)(const sdpa_problem *p, const sdpa_plan *plan,
                         int64_t group_item, int64_t chunk)
 {
-    size_t per_row = (size_t)p->dim_v + 2;
+    size_t per_row = (size_t)p->dim_v + 3;
     size_t index = (size_t)(group_item * plan->chunks + chunk);
     return (T *)plan->shared + index * (size_t)plan->rows * per_row;
 }
@@ -29,12 +30,14 @@ static int NAME(decode_chunk_item)(const sdpa_problem *p, const sdpa_plan *plan,
     const T *acc = SDPA_REGION(T, plan, scratch, o);
     const T *m = SDPA_REGION(T, plan, scratch, m);
     const T *l = SDPA_REGION(T, plan, scratch, l);
+    const T *e = p->diagnostics ? SDPA_REGION(T, plan, scratch, e) : NULL;
     T *dst = NAME(partial)(p, plan, group_item, chunk);
-    for (int64_t r = 0; r < plan->rows; r++, dst += p->dim_v + 2) {
+    for (int64_t r = 0; r < plan->rows; r++, dst += p->dim_v + 3) {
         for (int64_t d = 0; d < p->dim_v; d++)
             dst[d] = acc[r * p->dim_v + d];
         dst[p->dim_v] = m[r];
         dst[p->dim_v + 1] = l[r];
+        dst[p->dim_v + 2] = e ? e[r] : 0;
     }
     return SDPA_OK;
 }
@@ -47,11 +50,11 @@ static int NAME(decode_merge_item)(const sdpa_problem *p, const sdpa_plan *plan,
 {
     (void)kernel;
     int64_t hk = group_item % p->heads_kv, b = group_item / p->heads_kv;
-    const int64_t dv = p->dim_v, stride = (dv + 2) * plan->rows;
+    const int64_t dv = p->dim_v, stride = (dv + 3) * plan->rows;
     T *acc = SDPA_REGION(T, plan, scratch, o);
     for (int64_t r = 0; r < plan->rows; r++) {
-        const T *first = NAME(partial)(p, plan, group_item, 0) + r * (dv + 2);
-        T m = (T)-INFINITY, l = 0;
+        const T *first = NAME(partial)(p, plan, group_item, 0) + r * (dv + 3);
+        T m = (T)-INFINITY, l = 0, e = 0;
         for (int64_t c = 0; c < plan->chunks; c++)
             m = first[c * stride + dv] > m ? first[c * stride + dv] : m;
         for (int64_t d = 0; d < dv; d++)
@@ -63,11 +66,14 @@ static int NAME(decode_merge_item)(const sdpa_problem *p, const sdpa_plan *plan,
                     continue; /* the chunk saw no allowed key */
                 T w = NAME(sdpa_exp_neg)(part[dv] - m);
                 l += part[dv + 1] * w;
+                /* Σ e^{s−m}(s−m) = w·(e_c + (m_c − m)·ℓ_c), as in
+                 * online_softmax_impl.h */
+                e += w * (part[dv + 2] + (part[dv] - m) * part[dv + 1]);
                 for (int64_t d = 0; d < dv; d++)
                     acc[d] += part[d] * w;
             }
         int64_t h = hk * p->group + r % p->group, i = r / p->group;
-        int status = NAME(sdpa_finish_row)(p, b, h, i, acc, m, l, where);
+        int status = NAME(sdpa_finish_row)(p, b, h, i, acc, m, l, e, where);
         if (status != SDPA_OK)
             return status;
     }

@@ -14,7 +14,7 @@
  * weights are exactly the probabilities that produced the output.
  */
 
-#include "alibi_impl.h"
+#include "row_terms_impl.h"
 
 /* The logits output of row x (its keys [lo, lo + len) at columns c0 + lo
  * on), at a stage: the stage's values at the row's keys, -inf elsewhere;
@@ -149,10 +149,24 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
                 return SDPA_ERR_NONFINITE;
             }
             len = 0;
+            if (p->diagnostics)
+                NAME(sdpa_store_diagnostics)(p, b, h, i, 0, 0);
         } else {
+            T *t = p->diagnostics ? SDPA_REGION(T, plan, scratch, t) : NULL;
+            if (t)
+                for (int64_t j = 0; j < len; j++)
+                    t[j] = x[j];
             sum = m != (T)-INFINITY ? rk->exp_sum(x, len, m_all) : 0;
-            if (p->sinks)
-                sum += NAME(sdpa_exp_neg)(sink - m_all);
+            T entropy_terms = t && m != (T)-INFINITY
+                                  ? NAME(entropy_sum)(x, t, len, m_all)
+                                  : 0;
+            if (p->sinks) {
+                T e_sink = NAME(sdpa_exp_neg)(sink - m_all);
+                sum += e_sink;
+                entropy_terms += e_sink * (sink - m_all);
+            }
+            if (p->diagnostics)
+                NAME(sdpa_store_diagnostics)(p, b, h, i, sum, entropy_terms);
             if (!(sum >= 1) || sum == (T)INFINITY) { /* exp(m - m) = 1 */
                 /* a NaN logit beside the max, or overflow */
                 *where = (sdpa_where){b, h, i};

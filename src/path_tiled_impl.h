@@ -17,9 +17,10 @@ static int NAME(tiled_item)(const sdpa_problem *p, const sdpa_plan *plan,
     const T *acc = SDPA_REGION(T, plan, scratch, o);
     const T *m = SDPA_REGION(T, plan, scratch, m);
     const T *l = SDPA_REGION(T, plan, scratch, l);
+    const T *e = p->diagnostics ? SDPA_REGION(T, plan, scratch, e) : NULL;
     for (int64_t r = 0; status == SDPA_OK && r < rows * p->group; r++)
         status = NAME(sdpa_finish_row)(p, b, blk.head_first + r % p->group,
                                        i0 + r / p->group, acc + r * p->dim_v,
-                                       m[r], l[r], where);
+                                       m[r], l[r], e ? e[r] : 0, where);
     return status;
 }

@@ -132,7 +132,7 @@ static void materialised_reserve(const sdpa_ctx *ctx, const sdpa_problem *p,
 static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
                     size_t o, size_t rows, size_t keys)
 {
-    enum { REGIONS = 9 };
+    enum { REGIONS = 11 };
     const size_t es = p->elem_size;
     /* region a: each row's key limit and start (two int64 a row) */
     const size_t counts[REGIONS] = {
@@ -144,13 +144,15 @@ static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
         2 * rows,
         p->mask.data && p->mask.stride[3] != 1 ? keys : 0,
         p->bias.data && p->bias.stride[3] != 1 ? keys : 0,
-        p->mask.data || p->bias.data ? keys : 0};
+        p->mask.data || p->bias.data ? keys : 0,
+        p->diagnostics ? keys : 0,
+        p->diagnostics ? rows : 0};
     const size_t sizes[REGIONS] = {es, es, es, es, es, sizeof(int64_t),
-                                   1,  es, 1};
+                                   1,  es, 1,  es, es};
     size_t *offsets[REGIONS] = {
-        &plan->off_q,    &plan->off_s,    &plan->off_o,
-        &plan->off_m,    &plan->off_l,    &plan->off_a,
-        &plan->off_mask, &plan->off_bias, &plan->off_live};
+        &plan->off_q,    &plan->off_s, &plan->off_o,    &plan->off_m,
+        &plan->off_l,    &plan->off_a, &plan->off_mask, &plan->off_bias,
+        &plan->off_live, &plan->off_t, &plan->off_e};
     size_t at = 0;
     for (int i = 0; i < REGIONS; i++) {
         size_t bytes;
@@ -335,9 +337,9 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
             count_of(plan->rows, dv, &o_count) &&
             lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
                     (size_t)longest) &&
-            /* the partial results: rows · (Dv + 2) values per chunk */
+            /* the partial results: rows · (Dv + 3) values per chunk */
             mul64(reserved_items, plan->rows, &partial_rows) &&
-            sdpa_mul_size((size_t)partial_rows, (size_t)(dv + 2) * p->elem_size,
+            sdpa_mul_size((size_t)partial_rows, (size_t)(dv + 3) * p->elem_size,
                           &plan->shared_bytes);
         break;
     }

@@ -416,6 +416,12 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
          .expect = {N, HQ, TQ, ONE}},
         {.name = "logits", .tensor = &args->logits, .view = &p->logits,
          .is_output = true, .elem_size = es, .expect = {N, HQ, TQ, TK}},
+        {.name = "max_weight", .tensor = &args->max_weight,
+         .view = &p->max_weight, .is_output = true, .inner_unused = true,
+         .elem_size = es, .expect = {N, HQ, TQ, ONE}},
+        {.name = "entropy", .tensor = &args->entropy, .view = &p->entropy,
+         .is_output = true, .inner_unused = true, .elem_size = es,
+         .expect = {N, HQ, TQ, ONE}},
     };
     /* clang-format on */
     enum { RULES = sizeof rules / sizeof rules[0] };
@@ -488,6 +494,7 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
     p->dim_v = dv;
     p->scale = args->scale != 0 ? args->scale : 1.0 / sqrt((double)dk);
     p->kv_lens = args->kv_lens;
+    p->diagnostics = p->max_weight.data || p->entropy.data;
     int appended = check_appended(ctx, args, p);
     if (appended != SDPA_OK)
         return appended;

@@ -11,6 +11,19 @@
  *              TOP_LEFT j > i, BOTTOM_RIGHT j > i + L_b - Tq, bias == -inf
  *   p_ij = exp(s_ij - m_i) / sum_j' exp(s_ij' - m_i)   over allowed keys
  *   out_i = sum_j p_ij v[b,h/g,j,:];  lse_i = m_i + log(sum)
+ *
+ * and the 1.1 fields, with d_i = i (TOP_LEFT) or i + L_b - Tq (otherwise):
+ *
+ *   window (SDPA_FLAG_WINDOW): forbidden also when j - d_i < -window_left
+ *              (window_left != -1) or j - d_i > window_right (!= -1)
+ *   ALiBi:     s_ij += -slope_h * |j - d_i|   (after softcap, with the bias)
+ *   sinks:     m_i = max(max_j s_ij, sigma_h);
+ *              p_ij = exp(s_ij - m_i) / (sum_j' exp(s_ij' - m_i)
+ *                                        + exp(sigma_h - m_i));
+ *              lse_i = m_i + log(that denominator); a row with no allowed
+ *              key is not empty: out 0, weights 0, lse sigma_h
+ *   logits:    SCALED scale * <q, k>, CAPPED after the softcap, MASKED after
+ *              bias and ALiBi; -inf at forbidden keys
  */
 #include "reference.h"
 
@@ -48,6 +61,7 @@ void ref_free(ref_result *r)
     free(r->out);
     free(r->weights);
     free(r->lse);
+    free(r->logits);
     free(r->allowed);
     memset(r, 0, sizeof *r);
 }
@@ -63,6 +77,9 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
         a->scale == 0.0 ? 1.0L / sqrtl((long double)Dk) : (long double)a->scale;
     const long double cap = (long double)a->softcap;
     const int inverted = (a->flags & SDPA_FLAG_MASK_NONZERO_ALLOWS) != 0;
+    const int window = (a->flags & SDPA_FLAG_WINDOW) != 0;
+    const int stage =
+        a->logits_stage == 0 ? SDPA_LOGITS_MASKED : a->logits_stage;
 
     memset(r, 0, sizeof *r);
     r->n = N;
@@ -75,13 +92,18 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
     r->out = calloc(rows * (size_t)Dv, sizeof(long double));
     r->weights = calloc(rows * (size_t)Tk, sizeof(long double));
     r->lse = calloc(rows, sizeof(long double));
+    r->logits = calloc(rows * (size_t)Tk, sizeof(long double));
     r->allowed = calloc(rows * (size_t)Tk, 1);
     long double *s = calloc((size_t)Tk, sizeof(long double));
-    if (!r->out || !r->weights || !r->lse || !r->allowed || !s) {
+    if (!r->out || !r->weights || !r->lse || !r->logits || !r->allowed || !s) {
         free(s);
         ref_free(r);
         return -1;
     }
+    if (a->sinks)
+        for (int64_t h = 0; h < Hq; ++h)
+            if (fabsl((long double)a->sinks[h]) > r->sink_absmax)
+                r->sink_absmax = fabsl((long double)a->sinks[h]);
 
     for (int64_t b = 0; b < N; ++b) {
         const int64_t L = a->kv_lens ? a->kv_lens[b] : Tk;
@@ -89,11 +111,16 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
             const int64_t hk = h / g;
             for (int64_t i = 0; i < Tq; ++i) {
                 const size_t row = (size_t)((b * Hq + h) * Tq + i);
+                /* The row's diagonal (1.1): top-left, else bottom-right. */
+                const int64_t d =
+                    a->causal == SDPA_CAUSAL_TOP_LEFT ? i : i + (L - Tq);
                 unsigned char *ok = r->allowed + row * (size_t)Tk;
+                long double *lg = r->logits + row * (size_t)Tk;
                 long double m = -INFINITY;
                 int any = 0;
                 for (int64_t j = 0; j < Tk; ++j) {
                     int allowed = 1;
+                    lg[j] = -INFINITY;
                     if (j >= L)
                         allowed = 0;
                     if (a->mask.data) {
@@ -105,6 +132,12 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                         allowed = 0;
                     if (a->causal == SDPA_CAUSAL_BOTTOM_RIGHT &&
                         j > i + (L - Tq))
+                        allowed = 0;
+                    if (window && a->window_left != -1 &&
+                        j - d < -a->window_left)
+                        allowed = 0;
+                    if (window && a->window_right != -1 &&
+                        j - d > a->window_right)
                         allowed = 0;
                     long double bv = 0.0L;
                     if (a->bias.data) {
@@ -125,9 +158,24 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                         absdot += fabsl(t);
                     }
                     long double x = scale * dot;
+                    if (stage == SDPA_LOGITS_SCALED)
+                        lg[j] = x;
                     if (cap > 0.0L)
                         x = cap * tanhl(x / cap);
+                    if (stage == SDPA_LOGITS_CAPPED)
+                        lg[j] = x;
                     x += bv;
+                    if (a->alibi_slopes) {
+                        long double dist = (long double)llabs(
+                            (long long)(j - d)); /* |j - d_i| */
+                        long double al =
+                            -(long double)a->alibi_slopes[h] * dist;
+                        x += al;
+                        if (fabsl(al) > r->alibi_absmax)
+                            r->alibi_absmax = fabsl(al);
+                    }
+                    if (stage == SDPA_LOGITS_MASKED)
+                        lg[j] = x;
                     s[j] = x;
                     long double bound = scale * absdot + fabsl(bv);
                     if (bound > r->logit_absmax)
@@ -138,6 +186,13 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                 }
                 long double *w = r->weights + row * (size_t)Tk;
                 long double *o = r->out + row * (size_t)Dv;
+                const long double sigma =
+                    a->sinks ? (long double)a->sinks[h] : 0.0L;
+                if (!any && a->sinks) {
+                    /* Only the sink: out 0, weights 0 (calloc), lse sigma. */
+                    r->lse[row] = sigma;
+                    continue;
+                }
                 if (!any) {
                     /* ZERO policy: out 0, weights 0 (calloc), lse -inf. */
                     r->lse[row] = -INFINITY;
@@ -149,10 +204,14 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                     }
                     continue;
                 }
+                if (a->sinks && sigma > m)
+                    m = sigma;
                 long double sum = 0.0L;
                 for (int64_t j = 0; j < Tk; ++j)
                     if (ok[j])
                         sum += expl(s[j] - m);
+                if (a->sinks)
+                    sum += expl(sigma - m); /* the sink: no value row */
                 for (int64_t j = 0; j < Tk; ++j) {
                     if (!ok[j])
                         continue;

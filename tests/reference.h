@@ -4,8 +4,12 @@
  * It shares no code with the library: it only uses the public header for the
  * argument struct, and is written straight from the semantics stated in
  * include/sdpa.h (logit, softcap, bias, the five "forbidden" rules,
- * broadcasting, GQA, kv_lens, the empty-row policy). It does NOT validate its
- * arguments: call it only with arguments the library accepts.
+ * broadcasting, GQA, kv_lens, the empty-row policy) and, from 1.1, the
+ * sliding window, ALiBi, attention sinks and the logits output. It reads
+ * the 1.1 fields of sdpa_forward_args directly, whatever struct_size says
+ * (a caller imitating a 1.0 struct zeroes them in the copy it hands here).
+ * It does NOT validate its arguments: call it only with arguments the
+ * library accepts.
  */
 #ifndef SDPA_TEST_REFERENCE_H
 #define SDPA_TEST_REFERENCE_H
@@ -21,12 +25,20 @@ typedef struct ref_result {
     long double *out;
     long double *weights;
     long double *lse;
+    /* [N, Hq, Tq, Tk]: the scores at stage a->logits_stage (SDPA_LOGITS_*;
+     * 0 gives the MASKED stage) for allowed keys, -inf at forbidden ones. */
+    long double *logits;
     /* [N, Hq, Tq, Tk]: 1 when key j is allowed for the row, 0 when forbidden.
      */
     unsigned char *allowed;
     /* Largest |logit| bound over allowed entries: scale * sum_r |q_r k_r|
      * (before softcap) plus |bias|; used to derive rounding tolerances. */
     long double logit_absmax;
+    /* Largest |slope_h * (j - d_i)| over allowed entries (0 without ALiBi)
+     * and largest |sigma_h| (0 without sinks): the terms ALiBi and the sinks
+     * add to the logits, for the tolerances. */
+    long double alibi_absmax;
+    long double sink_absmax;
     /* Largest |v| over the V rows that are read. */
     long double v_absmax;
     /* Whether some row had no allowed key, and the first such row. */
@@ -37,8 +49,9 @@ typedef struct ref_result {
 /* Compute the reference for `a`. Rows without an allowed key are filled as
  * the ZERO policy defines them (out 0, weights 0, lse -inf) and reported in
  * any_empty / empty_*: under the default ERROR policy the library must fail
- * with SDPA_ERR_FULLY_MASKED_ROW instead. Returns 0 on success, -1 on
- * allocation failure. */
+ * with SDPA_ERR_FULLY_MASKED_ROW instead. With sinks no row is empty: a row
+ * without an allowed key has out 0, weights 0 and lse sigma_h. Returns 0 on
+ * success, -1 on allocation failure. */
 int ref_forward(const sdpa_forward_args *a, ref_result *r);
 
 void ref_free(ref_result *r);

@@ -567,6 +567,93 @@ static void test_nan_behind_forbidden_keys(void **state)
     }
 }
 
+/* ---- per-row diagnostics: max weight and entropy ----------------------- */
+
+/* max_weight and entropy (1.1) on every path and kernel against the weights
+ * of the reference: max_j p_ij and -Σ p_ij log p_ij in long double (with a
+ * sink, its share counts as one more outcome); 0 and 0 for an empty row
+ * under the zero policy. */
+static void test_diagnostics(void **state)
+{
+    const int dtype = *(int *)*state;
+    const double eps = eps_of(dtype);
+    for (int variant = 0; variant < 3; ++variant) {
+        prob p;
+        prob_opts o = {variant != 1, 0, 0, SDPA_CAUSAL_BOTTOM_RIGHT, 1, 0, 1};
+        const int64_t lens[3] = {37, 0, 21};
+        prob_make(&p, dtype, 77 + (uint64_t)variant, 3, 4, 2, 6, 37, 16, 8, &o,
+                  lens);
+        double sinks[4] = {0.5, -1.0, 2.0, 0.0};
+        if (variant == 2)
+            p.a.sinks = sinks;
+        tbuf mw, en;
+        tbuf_make(&mw, dtype, 3, 4, 6, 1, LAYOUT_BHTD, 0);
+        tbuf_make(&en, dtype, 3, 4, 6, 1, LAYOUT_BHTD, 0);
+        p.a.max_weight = mw.t;
+        p.a.entropy = en.t;
+        ref_result r;
+        assert_int_equal(ref_forward(&p.a, &r), 0);
+        sdpa_ctx *ctx = new_ctx(1);
+        int ran = 0;
+        for (int ki = 0; ki < TEST_KERNELS; ++ki) {
+            if (sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]) !=
+                SDPA_OK)
+                continue;
+            for (int path = SDPA_PATH_MATERIALISED; path <= SDPA_PATH_DECODE;
+                 ++path) {
+                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
+                                 SDPA_OK);
+                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, 8),
+                                 SDPA_OK);
+                assert_int_equal(sdpa_forward(ctx, &p.a), SDPA_OK);
+                ran++;
+                for (int64_t b = 0; b < 3; ++b)
+                    for (int64_t h = 0; h < 4; ++h)
+                        for (int64_t i = 0; i < 6; ++i) {
+                            size_t row = (size_t)((b * 4 + h) * 6 + i);
+                            long double top = 0, ent = 0, total = 0;
+                            for (int64_t j = 0; j < 37; ++j) {
+                                long double w = r.weights[row * 37 + (size_t)j];
+                                total += w;
+                                top = w > top ? w : top;
+                                if (w > 0)
+                                    ent -= w * logl(w);
+                            }
+                            if (variant == 2 && r.lse[row] != -INFINITY) {
+                                long double ws =
+                                    expl((long double)sinks[h] - r.lse[row]);
+                                top = ws > top ? ws : top;
+                                ent -= ws * logl(ws);
+                            }
+                            double got_m = tget(&mw, b, h, i, 0);
+                            double got_e = tget(&en, b, h, i, 0);
+                            /* e_p of test_random.c's derivation, loosely */
+                            double tol = 64 * eps * (1 + (double)fabsl(ent));
+                            if (!(fabs(got_m - (double)top) <= tol &&
+                                  fabs(got_e - (double)ent) <= 4 * tol))
+                                print_error("variant %d path %d kernel %d row "
+                                            "(%lld,%lld,%lld): max %g/%Lg "
+                                            "entropy %g/%Lg\n",
+                                            variant, path, test_kernels[ki],
+                                            (long long)b, (long long)h,
+                                            (long long)i, got_m, top, got_e,
+                                            ent);
+                            assert_true(fabs(got_m - (double)top) <= tol);
+                            assert_true(fabs(got_e - (double)ent) <= 4 * tol);
+                            if (total == 0 && variant != 2)
+                                assert_true(got_m == 0 && got_e == 0);
+                        }
+            }
+        }
+        assert_true(ran >= 3);
+        sdpa_ctx_destroy(ctx);
+        ref_free(&r);
+        tbuf_free(&mw);
+        tbuf_free(&en);
+        prob_free(&p);
+    }
+}
+
 /* ---- contexts in parallel ----------------------------------------------- */
 
 /* One application thread with its own context and output buffers, reading
@@ -966,6 +1053,7 @@ int main(void)
         BOTH(test_nan_beyond_kv_lens),
         BOTH(test_nan_behind_forbidden_keys),
         BOTH(test_contexts_in_parallel),
+        BOTH(test_diagnostics),
         BOTH(test_threads_bitwise),
         BOTH(test_kernels_agree),
         BOTH(test_no_alloc_after_first_call),

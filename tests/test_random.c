@@ -8,7 +8,11 @@
  * mask/bias broadcast by extent 1 or stride 0; causal TOP_LEFT and
  * BOTTOM_RIGHT; kv_lens including 0 and Tk; K/V broadcast over N by stride
  * 0; soft-cap; default, unit and custom scale; optional weights and lse;
- * both empty-row policies; 1..4 threads; tiled block sizes.
+ * both empty-row policies; 1..4 threads; tiled block sizes; and the 1.1
+ * features: a sliding window (SDPA_FLAG_WINDOW, each side -1, 0 or 1..Tk),
+ * ALiBi (the standard slopes of Hq heads, or random ones, some negative),
+ * attention sinks (sigma_h in [-3, 3]) and, with the weights, the logits
+ * output at a random stage (SCALED, CAPPED or MASKED).
  *
  * Every configuration runs on every kernel the context accepts
  * (PORTABLE, AVX2, AVX512; SDPA_ERR_UNSUPPORTED from
@@ -21,23 +25,39 @@
  * zero rows and lse = -inf exactly), K/V rows at j >= kv_lens[b] are never
  * read (they hold NaN), every byte of out/weights/lse outside the logical
  * view (row padding) is never written, and every failed call leaves the
- * outputs untouched.
+ * outputs untouched. With a window, the K/V rows that no query row of any
+ * head sharing them may see (window, mask, causality, -inf bias, kv_lens:
+ * the reference's union) hold NaN too. Logits are -inf exactly at
+ * forbidden keys. With the logits (as with the weights) a forced TILED or
+ * DECODE path may refuse with SDPA_ERR_UNSUPPORTED, outputs untouched.
  *
  * Tolerances (derived per configuration from the dtype; eps = FLT_EPSILON or
  * DBL_EPSILON, i.e. 2u):
  *   L     = max over allowed (i,j) of scale * sum_r |q_ir k_jr| + |bias_ij|
- *           (computed by the reference), an upper bound of |logit|;
- *   e_s   = (Dk + 4) * eps * L + 4 * eps * (1 + L + softcap)
+ *           (computed by the reference), an upper bound of |logit| without
+ *           ALiBi;
+ *   A     = max over allowed (i,j) of |slope_h * (j - d_i)| (0 without
+ *           ALiBi): ALiBi adds at most A to |logit|, so L + A bounds the
+ *           logit; A enters no dot product, so not the gemm term;
+ *   S     = max_h |sigma_h| (0 without sinks): the sink is one more logit;
+ *   e_s   = (Dk + 4) * eps * L + 4 * eps * (1 + L + A + S + softcap)
+ *           + 2 * eps * A
  *           the classic gemm bound gamma_Dk * sum|terms| plus the roundings
- *           of scale, tanh, and bias addition;
- *   e_p   = 2 * e_s + (Tk + 16) * eps
+ *           of scale, tanh, bias and ALiBi additions (on a value of at most
+ *           L + A + S + softcap), the rounding of the slope and of the
+ *           product slope * distance (2 eps A), and of the sink;
+ *   Tk'   = Tk + 1 with sinks (the sink is a term of the row's sums), else
+ *           Tk;
+ *   e_p   = 2 * e_s + (Tk' + 16) * eps
  *           relative error of each probability: the shift by the row max
  *           (2 e_s), a vector exp accurate to a few ulp (16 eps budget), and
- *           the Tk-term normalising sum;
+ *           the Tk'-term normalising sum;
  *   weights:  |w - ref| <= 2 * e_p                     (w <= 1)
+ *   logits:   |s - ref| <= 2 * e_s                     (allowed keys; e_s
+ *             bounds every stage: SCALED and CAPPED carry fewer roundings)
  *   out:      |o - ref| <= 2 * Vmax * (e_p + (Tk + 4) * eps)
  *             (the P·V dot of Tk terms adds gamma_Tk * sum p|v|)
- *   lse:      |l - ref| <= 2 * (e_s + (Tk + 16) * eps + eps * |ref|)
+ *   lse:      |l - ref| <= 2 * (e_s + (Tk' + 16) * eps + eps * |ref|)
  * with a safety factor 2. The inputs are drawn so that L stays around 1..16,
  * so in float the weight tolerance is at most a few 1e-4 and typically
  * ~1e-5, in double ~1e-13. A wrong mask, a missing normalisation, a wrong
@@ -84,6 +104,16 @@ typedef struct cfg {
     int empty_zero;
     int threads;
     int64_t block_q, block_k;
+    /* 1.1 */
+    int use_window;
+    int64_t win_left, win_right;
+    int alibi_mode; /* 0 none, 1 standard slopes, 2 random [0, 0.5),
+                       3 random [-0.1, 0.1) */
+    double slopes[8];
+    int use_sinks;
+    double sinks[8];
+    int want_logits, logits_stage;
+    int64_t pad_l;
 } cfg;
 
 static void cfg_print(const cfg *c)
@@ -107,6 +137,30 @@ static void cfg_print(const cfg *c)
                   "block=%lld,%lld\n",
                   c->scale, c->softcap, c->want_w, c->want_lse, c->empty_zero,
                   c->threads, (long long)c->block_q, (long long)c->block_k);
+    print_message("      window=%d(%lld,%lld) alibi=%d[", c->use_window,
+                  (long long)c->win_left, (long long)c->win_right,
+                  c->alibi_mode);
+    for (int64_t h = 0; c->alibi_mode && h < c->Hq; ++h)
+        print_message("%s%.17g", h ? "," : "", c->slopes[h]);
+    print_message("] sinks=%d[", c->use_sinks);
+    for (int64_t h = 0; c->use_sinks && h < c->Hq; ++h)
+        print_message("%s%.17g", h ? "," : "", c->sinks[h]);
+    print_message("] logits=%d(stage %d, pad %lld)\n", c->want_logits,
+                  c->logits_stage, (long long)c->pad_l);
+}
+
+/* The standard ALiBi slopes (Press et al.), from the closed form in
+ * include/sdpa.h, computed here (not by sdpa_alibi_slopes). */
+static void standard_slopes(int64_t heads, double max_bias, double *slopes)
+{
+    int64_t n = 1;
+    while (n * 2 <= heads)
+        n *= 2;
+    for (int64_t h = 0; h < heads; ++h)
+        slopes[h] =
+            h < n
+                ? exp2(-max_bias * (double)(h + 1) / (double)n)
+                : exp2(-max_bias * (double)(2 * (h - n) + 1) / (double)(2 * n));
 }
 
 static int64_t pick_dim(rng *r, int64_t lo, int64_t hi)
@@ -197,11 +251,37 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     static const int key_modes[] = {0, 0, 0, 0, 2, 3, 4, 4};
     c->mask_b[3] = key_modes[rng_int(&r, 0, 7)];
     c->bias_b[3] = key_modes[rng_int(&r, 0, 7)];
+    /* The 1.1 features, drawn after everything above (the configurations
+     * of 1.0 stay what they were). Every draw happens whether the feature
+     * is on or not. A window side: -1 (unbounded), 0, or 1..Tk. */
+    c->use_window = rng_int(&r, 0, 2) == 0;
+    int64_t wm = rng_int(&r, 0, 3);
+    int64_t wv = rng_int(&r, 1, c->Tk);
+    c->win_left = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    wm = rng_int(&r, 0, 3);
+    wv = rng_int(&r, 1, c->Tk);
+    c->win_right = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    int64_t am = rng_int(&r, 0, 5);
+    c->alibi_mode = am <= 2 ? 0 : (int)(am - 2);
+    for (int h = 0; h < 8; ++h) {
+        double u = rng_unit(&r);
+        c->slopes[h] = c->alibi_mode == 2 ? 0.5 * u : 0.2 * u - 0.1;
+    }
+    if (c->alibi_mode == 1)
+        standard_slopes(c->Hq, 8.0, c->slopes);
+    c->use_sinks = rng_int(&r, 0, 2) == 0;
+    for (int h = 0; h < 8; ++h)
+        c->sinks[h] = rng_sym(&r, 3.0);
+    c->want_logits = rng_int(&r, 0, 1) == 0 && c->want_w;
+    c->logits_stage = (int)rng_int(&r, SDPA_LOGITS_SCALED, SDPA_LOGITS_MASKED);
+    c->pad_l = rng_int(&r, 0, 2) == 0 ? rng_int(&r, 1, 5) : 0;
+    if (!c->want_logits)
+        c->logits_stage = 0;
 }
 
 typedef struct inst {
-    tbuf q, k, v, mask, bias, out, w, lse;
-    unsigned char *map_out, *map_w, *map_lse;
+    tbuf q, k, v, mask, bias, out, w, lse, lg;
+    unsigned char *map_out, *map_w, *map_lse, *map_lg;
     sdpa_forward_args a;
 } inst;
 
@@ -290,6 +370,10 @@ static void inst_make(inst *s, const cfg *c)
                   c->pad_out ? 1 : 0);
         s->map_lse = tbuf_logical_map(&s->lse);
     }
+    if (c->want_logits) {
+        tbuf_make(&s->lg, dt, c->N, c->Hq, c->Tq, c->Tk, LAYOUT_BHTD, c->pad_l);
+        s->map_lg = tbuf_logical_map(&s->lg);
+    }
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = dt;
     a.causal = c->causal;
@@ -309,7 +393,48 @@ static void inst_make(inst *s, const cfg *c)
         a.weights = s->w.t;
     if (c->want_lse)
         a.lse = s->lse.t;
+    if (c->use_window) {
+        a.flags |= SDPA_FLAG_WINDOW;
+        a.window_left = c->win_left;
+        a.window_right = c->win_right;
+    }
+    if (c->alibi_mode)
+        a.alibi_slopes = c->slopes;
+    if (c->use_sinks)
+        a.sinks = c->sinks;
+    if (c->want_logits) {
+        a.logits = s->lg.t;
+        a.logits_stage = c->logits_stage;
+    }
     s->a = a;
+}
+
+/* K/V rows that no query row of any head (or batch item) sharing them may
+ * see, by the reference's verdict, are never read: fill them with NaN. */
+static void poison_unseen(inst *s, const cfg *c, const ref_result *r)
+{
+    const int64_t nkv = c->kv_bcast ? 1 : c->N, g = c->Hq / c->Hkv;
+    for (int64_t bk = 0; bk < nkv; ++bk)
+        for (int64_t hk = 0; hk < c->Hkv; ++hk)
+            for (int64_t j = 0; j < c->Tk; ++j) {
+                int seen = 0;
+                for (int64_t b = 0; b < c->N && !seen; ++b) {
+                    if (!c->kv_bcast && b != bk)
+                        continue;
+                    for (int64_t h = hk * g; h < (hk + 1) * g && !seen; ++h)
+                        for (int64_t i = 0; i < c->Tq && !seen; ++i)
+                            seen = r->allowed[(size_t)((b * c->Hq + h) * c->Tq +
+                                                       i) *
+                                                  (size_t)c->Tk +
+                                              (size_t)j];
+                }
+                if (seen)
+                    continue;
+                for (int64_t d = 0; d < c->Dk; ++d)
+                    tset(&s->k, bk, hk, j, d, NAN);
+                for (int64_t d = 0; d < c->Dv; ++d)
+                    tset(&s->v, bk, hk, j, d, NAN);
+            }
 }
 
 static void inst_free(inst *s)
@@ -322,9 +447,11 @@ static void inst_free(inst *s)
     tbuf_free(&s->out);
     tbuf_free(&s->w);
     tbuf_free(&s->lse);
+    tbuf_free(&s->lg);
     free(s->map_out);
     free(s->map_w);
     free(s->map_lse);
+    free(s->map_lg);
 }
 
 /* Output buffers are reset to a byte pattern (0xA5: a negative NaN-free
@@ -336,6 +463,8 @@ static void reset_outputs(inst *s)
         fill_sentinel(s->w.mem, s->w.elems * s->w.esize);
     if (s->lse.mem)
         fill_sentinel(s->lse.mem, s->lse.elems * s->lse.esize);
+    if (s->lg.mem)
+        fill_sentinel(s->lg.mem, s->lg.elems * s->lg.esize);
 }
 
 /* Bytes outside the logical view (map == 0) must keep the sentinel; with
@@ -356,20 +485,24 @@ static long untouched(const tbuf *x, const unsigned char *map, int all_bytes)
 }
 
 typedef struct tol {
-    double w, out, lse_abs, lse_rel;
+    double w, logit, out, lse_abs, lse_rel;
 } tol;
 
 static tol tolerance(const cfg *c, const ref_result *r)
 {
     const double eps = c->dtype == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
     const double L = (double)r->logit_absmax;
+    const double A = (double)r->alibi_absmax, S = (double)r->sink_absmax;
     const double Tk = (double)c->Tk, Dk = (double)c->Dk;
-    const double e_s = (Dk + 4) * eps * L + 4 * eps * (1 + L + c->softcap);
-    const double e_p = 2 * e_s + (Tk + 16) * eps;
+    const double Tk1 = Tk + (c->use_sinks ? 1 : 0);
+    const double e_s = (Dk + 4) * eps * L +
+                       4 * eps * (1 + L + A + S + c->softcap) + 2 * eps * A;
+    const double e_p = 2 * e_s + (Tk1 + 16) * eps;
     tol t;
     t.w = 2 * e_p;
+    t.logit = 2 * e_s;
     t.out = 2 * ((double)r->v_absmax + 1e-300) * (e_p + (Tk + 4) * eps);
-    t.lse_abs = 2 * (e_s + (Tk + 16) * eps);
+    t.lse_abs = 2 * (e_s + (Tk1 + 16) * eps);
     t.lse_rel = 2 * eps;
     return t;
 }
@@ -380,8 +513,9 @@ static const char *path_name(int p)
     return n[p];
 }
 
-/* Largest observed error / tolerance, per output (out, weights, lse). */
-static double g_ratio[3];
+/* Largest observed error / tolerance, per output (out, weights, lse,
+ * logits). */
+static double g_ratio[4];
 
 static void note_ratio(int k, double e, double t)
 {
@@ -439,6 +573,35 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                         }
                         note_ratio(1, e, t->w);
                     }
+                if (s->lg.mem)
+                    for (int64_t j = 0; j < c->Tk; ++j) {
+                        size_t k = row * (size_t)c->Tk + (size_t)j;
+                        double ref = (double)r->logits[k];
+                        double got = tget(&s->lg, b, h, i, j);
+                        if (!r->allowed[k]) {
+                            if (!(isinf(got) && got < 0)) {
+                                print_message("  forbidden logit[%lld,%lld,"
+                                              "%lld,%lld] = %.10g, not -inf "
+                                              "(stage %d, %s)\n",
+                                              (long long)b, (long long)h,
+                                              (long long)i, (long long)j, got,
+                                              c->logits_stage, where);
+                                return 1;
+                            }
+                            continue;
+                        }
+                        double e = fabs(got - ref);
+                        if (!(e <= t->logit)) {
+                            print_message("  MISMATCH logits[%lld,%lld,%lld,"
+                                          "%lld] got %.10g ref %.10g tol %.3g "
+                                          "(stage %d, %s)\n",
+                                          (long long)b, (long long)h,
+                                          (long long)i, (long long)j, got, ref,
+                                          t->logit, c->logits_stage, where);
+                            return 1;
+                        }
+                        note_ratio(3, e, t->logit);
+                    }
                 if (s->lse.mem) {
                     double ref = (double)r->lse[row];
                     double got = tget(&s->lse, b, h, i, 0);
@@ -465,10 +628,11 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
     long e1 = untouched(&s->out, s->map_out, 0);
     long e2 = untouched(&s->w, s->map_w, 0);
     long e3 = untouched(&s->lse, s->map_lse, 0);
-    if (e1 >= 0 || e2 >= 0 || e3 >= 0) {
+    long e4 = untouched(&s->lg, s->map_lg, 0);
+    if (e1 >= 0 || e2 >= 0 || e3 >= 0 || e4 >= 0) {
         print_message("  padding written: out elem %ld, weights elem %ld, lse "
-                      "elem %ld (%s)\n",
-                      e1, e2, e3, where);
+                      "elem %ld, logits elem %ld (%s)\n",
+                      e1, e2, e3, e4, where);
         return 1;
     }
     return 0;
@@ -477,6 +641,9 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
 typedef struct stats {
     long configs, runs[4], skipped[4], errors_expected, failures;
     long kernels_skipped;
+    /* configurations per 1.1 feature: window, ALiBi (standard, random),
+     * sinks, logits (per stage), several at once, none */
+    long window, alibi_std, alibi_rnd, sinks, logits[4], combined, none;
 } stats;
 
 static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
@@ -485,11 +652,22 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
     inst_make(&s, c);
     ref_result r;
     assert_int_equal(ref_forward(&s.a, &r), 0);
+    if (c->use_window)
+        poison_unseen(&s, c, &r);
     const tol t = tolerance(c, &r);
     const int expect_error = r.any_empty && !c->empty_zero;
     if (expect_error)
         st->errors_expected++;
     st->configs++;
+    const int features =
+        c->use_window + (c->alibi_mode != 0) + c->use_sinks + c->want_logits;
+    st->window += c->use_window;
+    st->alibi_std += c->alibi_mode == 1;
+    st->alibi_rnd += c->alibi_mode >= 2;
+    st->sinks += c->use_sinks;
+    st->logits[c->logits_stage]++;
+    st->combined += features >= 2;
+    st->none += features == 0;
 
     assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
                                       c->empty_zero ? SDPA_EMPTY_ROWS_ZERO
@@ -526,7 +704,8 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
                 st->skipped[path]++;
                 bad = untouched(&s.out, s.map_out, 1) >= 0 ||
                       untouched(&s.w, s.map_w, 1) >= 0 ||
-                      untouched(&s.lse, s.map_lse, 1) >= 0;
+                      untouched(&s.lse, s.map_lse, 1) >= 0 ||
+                      untouched(&s.lg, s.map_lg, 1) >= 0;
                 if (bad)
                     print_message("  UNSUPPORTED but outputs were written "
                                   "(path %s)\n",
@@ -541,7 +720,8 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
                     bad = 1;
                 } else if (untouched(&s.out, s.map_out, 1) >= 0 ||
                            untouched(&s.w, s.map_w, 1) >= 0 ||
-                           untouched(&s.lse, s.map_lse, 1) >= 0) {
+                           untouched(&s.lse, s.map_lse, 1) >= 0 ||
+                           untouched(&s.lg, s.map_lg, 1) >= 0) {
                     print_message("  FULLY_MASKED_ROW but outputs were "
                                   "written (path %s)\n",
                                   path_name(path));
@@ -589,9 +769,16 @@ static void run_many(int dtype, uint64_t first, long count, int big)
                   st.errors_expected, st.runs[0], st.runs[1], st.runs[2],
                   st.skipped[2], st.runs[3], st.skipped[3], st.kernels_skipped,
                   st.failures);
+    print_message("  1.1 features: window %ld, ALiBi %ld (standard %ld, "
+                  "random %ld), sinks %ld, logits %ld (SCALED %ld, CAPPED "
+                  "%ld, MASKED %ld); two or more %ld, none %ld\n",
+                  st.window, st.alibi_std + st.alibi_rnd, st.alibi_std,
+                  st.alibi_rnd, st.sinks,
+                  st.logits[1] + st.logits[2] + st.logits[3], st.logits[1],
+                  st.logits[2], st.logits[3], st.combined, st.none);
     print_message("  largest error/tolerance: out %.3g, weights %.3g, lse "
-                  "%.3g\n",
-                  g_ratio[0], g_ratio[1], g_ratio[2]);
+                  "%.3g, logits %.3g\n",
+                  g_ratio[0], g_ratio[1], g_ratio[2], g_ratio[3]);
     sdpa_ctx_destroy(ctx);
     assert_int_equal(st.failures, 0);
     assert_int_equal(st.configs, count);

@@ -119,7 +119,9 @@ OFFSET(sdpa_forward_args, alibi_slopes, 640);
 OFFSET(sdpa_forward_args, sinks, 648);
 OFFSET(sdpa_forward_args, logits, 656);
 OFFSET(sdpa_forward_args, logits_stage, 728);
-MIN_SIZE(sdpa_forward_args, 736);
+OFFSET(sdpa_forward_args, max_weight, 736);
+OFFSET(sdpa_forward_args, entropy, 808);
+MIN_SIZE(sdpa_forward_args, 880);
 #endif
 
 int main(void)
