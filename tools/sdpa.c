@@ -1,15 +1,24 @@
 /*
- * sdpa — the libsdpa command-line tool.
+ * sdpa — the libsdpa command-line tool (man page: docs/sdpa.1).
  *
  *   sdpa demo        the two-token reference example of docs/SEMANTICS.md,
  *                    unmasked and causal
+ *   sdpa stats       the blog post's scaling experiment, rerun with the
+ *                    library's per-row diagnostics (stats.c)
+ *   sdpa plan        flops, T×T bytes and libsdpa's workspace of a call,
+ *                    and the path AUTO takes (plan.c)
  *   sdpa --version   tool, header and library versions; the row kernel
  *                    (AUTO's pick, or what SDPA_KERNEL forces)
- *   sdpa --help      this list
+ *   sdpa --help      this list; sdpa help CMD or sdpa CMD --help: CMD's
  *
- * Subcommands live in one table (`commands` below): a new one (bench, plan,
- * ...) is a function with the signature of `command_fn` and one table row.
+ * Subcommands live in one table (`commands` below): a new one is a function
+ * with the signature of `command_fn` (declared in tool.h, in a file of its
+ * own), its usage printer and one table row. Every subcommand answers
+ * --help on stdout with status 0, and reports a bad argument in one line on
+ * stderr with status 2 (tool.h).
  */
+#include "tool.h"
+
 #include <sdpa.h>
 
 #include <stdio.h>
@@ -22,17 +31,24 @@ struct command {
     const char *name;
     const char *summary;
     command_fn run;
+    void (*usage)(FILE *f);
 };
 
-static int cmd_demo(int argc, char **argv);
-static int cmd_version(int argc, char **argv);
-static int cmd_help(int argc, char **argv);
+static void usage_demo(FILE *f);
+static void usage_version(FILE *f);
+static void usage_help(FILE *f);
 
 static const struct command commands[] = {
     {"demo", "compute and print the two-token example (docs/SEMANTICS.md)",
-     cmd_demo},
-    {"version", "print the versions and the row kernel in use", cmd_version},
-    {"help", "print this help", cmd_help},
+     tool_cmd_demo, usage_demo},
+    {"stats", "rerun the blog's scaling experiment: max weight, entropy",
+     tool_cmd_stats, tool_usage_stats},
+    {"plan", "flops, T x T bytes, libsdpa's workspace and path of a call",
+     tool_cmd_plan, tool_usage_plan},
+    {"version", "print the versions and the row kernel in use",
+     tool_cmd_version, usage_version},
+    {"help", "print this help, or a command's (sdpa help CMD)", tool_cmd_help,
+     usage_help},
 };
 
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
@@ -41,12 +57,57 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sdpa <command> [options]\n"
-            "       sdpa --version | --help\n\n"
+            "       sdpa --version | --help\n"
+            "       sdpa <command> --help\n\n"
             "libsdpa %s: exact scaled dot-product attention on CPUs.\n\n"
             "commands:\n",
             sdpa_version_string());
     for (size_t i = 0; i < NUM_COMMANDS; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nExit status: 0 success, 1 failure, 2 bad arguments. "
+               "Manual: man sdpa.\n");
+}
+
+static void usage_demo(FILE *f)
+{
+    fprintf(f, "usage: sdpa demo\n\n"
+               "Computes the two-token example of docs/SEMANTICS.md (T = 2, "
+               "dk = 2, dv = 3,\nscale 1/sqrt(dk)) in float32 and prints "
+               "its weights and outputs, unmasked\nand causal "
+               "(SDPA_CAUSAL_TOP_LEFT). Takes no options.\n");
+}
+
+static void usage_version(FILE *f)
+{
+    fprintf(f, "usage: sdpa version | sdpa --version\n\n"
+               "Prints the tool, header and library versions and the row "
+               "kernel a new\ncontext runs on this CPU (what AUTO picks, or "
+               "what SDPA_KERNEL forces;\nexit status 1 if SDPA_KERNEL is "
+               "refused). Takes no options.\n");
+}
+
+static void usage_help(FILE *f)
+{
+    fprintf(f, "usage: sdpa help [COMMAND]\n\n"
+               "Without COMMAND, the list of commands; with one, its usage "
+               "(as sdpa COMMAND --help).\n");
+}
+
+/* A command that takes no options: --help, or one line naming the first
+ * argument. Returns -1 when there are no arguments. */
+static int no_options(int argc, char **argv, const char *name,
+                      void (*usage_fn)(FILE *f))
+{
+    if (argc < 2)
+        return -1;
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage_fn(stdout);
+        return TOOL_EXIT_OK;
+    }
+    return tool_bad_arg(name,
+                        "unexpected argument \"%s\" (takes no "
+                        "options; see sdpa %s --help)",
+                        argv[1], name);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -92,13 +153,11 @@ static int run_example(sdpa_ctx *ctx, int causal, float *q, float *k, float *v,
     return status;
 }
 
-static int cmd_demo(int argc, char **argv)
+int tool_cmd_demo(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 1) {
-        fprintf(stderr, "sdpa demo: takes no arguments\n");
-        return 2;
-    }
+    int early = no_options(argc, argv, "demo", usage_demo);
+    if (early >= 0)
+        return early;
     float q[T * DK] = {1, 0, 0, 1};
     float k[T * DK] = {1, 1, 2, 0};
     float v[T * DV] = {1, 0, 0, 0, 1, 0};
@@ -141,10 +200,11 @@ static int cmd_demo(int argc, char **argv)
 /* sdpa version / help                                                       */
 /* ------------------------------------------------------------------------ */
 
-static int cmd_version(int argc, char **argv)
+int tool_cmd_version(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    int early = no_options(argc, argv, "version", usage_version);
+    if (early >= 0)
+        return early;
     printf("sdpa %s\n", SDPA_VERSION_STRING);
     printf("header  %s (%d)\n", SDPA_VERSION_STRING, SDPA_VERSION_NUMBER);
     printf("library %s (%u)\n", sdpa_version_string(), sdpa_version_number());
@@ -173,19 +233,37 @@ static int cmd_version(int argc, char **argv)
     return 0;
 }
 
-static int cmd_help(int argc, char **argv)
+int tool_cmd_help(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    usage(stdout);
-    return 0;
+    if (argc < 2) {
+        usage(stdout);
+        return TOOL_EXIT_OK;
+    }
+    if (argc > 2)
+        return tool_bad_arg("help",
+                            "unexpected argument \"%s\" (sdpa help "
+                            "takes one command name)",
+                            argv[2]);
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage_help(stdout);
+        return TOOL_EXIT_OK;
+    }
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            commands[i].usage(stdout);
+            return TOOL_EXIT_OK;
+        }
+    return tool_bad_arg("help",
+                        "unknown command \"%s\" (sdpa --help lists "
+                        "them)",
+                        argv[1]);
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return TOOL_EXIT_USAGE;
     }
     const char *name = argv[1];
     if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0)
@@ -197,7 +275,8 @@ int main(int argc, char **argv)
         if (strcmp(name, commands[i].name) == 0)
             return commands[i].run(argc - 1, argv + 1);
 
-    fprintf(stderr, "sdpa: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    fprintf(stderr,
+            "sdpa: unknown command \"%s\" (sdpa --help lists the commands)\n",
+            argv[1]);
+    return TOOL_EXIT_USAGE;
 }
