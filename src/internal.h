@@ -208,8 +208,15 @@ typedef struct sdpa_row_block {
  * bias), else 0; returns how many are live (live_keys.c). */
 int64_t sdpa_live_keys(const sdpa_problem *p, const sdpa_row_block *blk,
                        int64_t kb, int64_t bk, uint8_t *live);
-/* The first run of live keys at or after `from`: returns its start (bk
- * when there is none) and sets *run_end past its last key. */
+/* The runs of live keys of a block of n keys (live_count of them, as
+ * sdpa_live_keys counts; when live_count >= n, live is not read and the
+ * block is one run):
+ *   for (j0 = 0, j1 = 0; sdpa_live_run(live, count, n, &j0, &j1); j0 = j1)
+ * visits each run [j0, j1) in order. */
+bool sdpa_live_run(const uint8_t *live, int64_t live_count, int64_t n,
+                   int64_t *j0, int64_t *j1);
+/* The step beneath it: the first run of live keys at or after `from`;
+ * returns its start (bk when there is none), *run_end past its end. */
 int64_t sdpa_next_run(const uint8_t *live, int64_t from, int64_t bk,
                       int64_t *run_end);
 

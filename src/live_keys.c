@@ -76,3 +76,14 @@ int64_t sdpa_next_run(const uint8_t *live, int64_t from, int64_t bk,
     *run_end = end;
     return from;
 }
+
+bool sdpa_live_run(const uint8_t *live, int64_t live_count, int64_t n,
+                   int64_t *j0, int64_t *j1)
+{
+    if (live_count >= n) { /* every key live: one run */
+        *j1 = n;
+        return *j0 < n;
+    }
+    *j0 = sdpa_next_run(live, *j0, n, j1);
+    return *j0 < n;
+}

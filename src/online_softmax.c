@@ -13,6 +13,7 @@
  *   gather_queries_f32       gather_queries_f64      (static)
  *   add_alibi_f32            add_alibi_f64           (static, row_terms_impl.h)
  *   entropy_sum_f32          entropy_sum_f64         (static, row_terms_impl.h)
+ *   zero_dead_scores_f32     zero_dead_scores_f64    (static, row_terms_impl.h)
  */
 #define SDPA_TEMPLATE "online_softmax_impl.h"
 #include "instantiate.h"

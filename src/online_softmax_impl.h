@@ -102,14 +102,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         const int64_t m_rows = active_end - active;
         T *s_rows = s + active * ld, *acc_rows = acc + active * dv;
 
-        for (int64_t j0 = 0, j1; j0 < bk; j0 = j1) {
-            if (live_count < bk) {
-                j0 = sdpa_next_run(live, j0, bk, &j1);
-                if (j0 == bk)
-                    break;
-            } else {
-                j1 = bk;
-            }
+        for (int64_t j0 = 0, j1 = 0;
+             sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1) {
             const T *k_run = k + (kb + j0) * k_ld;
             if (m_rows <= GEMV_MAX_ROWS)
                 for (int64_t r = 0; r < m_rows; r++)
@@ -123,13 +117,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                      q + active * q_ld, (int)q_ld, k_run, (int)k_ld, (T)0,
                      s_rows + j0, (int)ld);
         }
-        /* The scores of dead keys were not computed: any finite value does,
-         * as the mask or bias forbids them in every row. */
         if (live_count < bk)
-            for (int64_t r = active; r < active_end; r++)
-                for (int64_t j = 0; j < bk; j++)
-                    if (!live[j])
-                        s[r * ld + j] = 0;
+            NAME(zero_dead_scores)(s_rows, ld, m_rows, live, bk);
 
         for (int64_t r = active; r < active_end; r++) {
             int64_t h = blk->head_first + r % blk->heads;
@@ -203,14 +192,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                 row[j] = 0;
         }
 
-        for (int64_t j0 = 0, j1; j0 < bk; j0 = j1) {
-            if (live_count < bk) {
-                j0 = sdpa_next_run(live, j0, bk, &j1);
-                if (j0 == bk)
-                    break;
-            } else {
-                j1 = bk;
-            }
+        for (int64_t j0 = 0, j1 = 0;
+             sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1) {
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows,
                  (int)dv, (int)(j1 - j0), (T)1, s_rows + j0, (int)ld,
                  v + (kb + j0) * v_ld, (int)v_ld, (T)1, acc_rows, (int)dv);

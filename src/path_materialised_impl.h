@@ -77,21 +77,10 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
     }
     const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
     const int64_t v_ld = sdpa_row_stride(&p->v, p->dim_v);
-    /* Dead keys' scores are not computed: any finite value does, as the
-     * mask or bias forbids them in every row. */
     if (live_count < ncols)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < ncols; j++)
-                if (!live[j])
-                    s[r * ld + j] = 0;
-    for (int64_t j0 = 0, j1; live_count > 0 && j0 < ncols; j0 = j1) {
-        if (live_count < ncols) {
-            j0 = sdpa_next_run(live, j0, ncols, &j1);
-            if (j0 == ncols)
-                break;
-        } else {
-            j1 = ncols;
-        }
+        NAME(zero_dead_scores)(s, ld, rows, live, ncols);
+    for (int64_t j0 = 0, j1 = 0;
+         sdpa_live_run(live, live_count, ncols, &j0, &j1); j0 = j1) {
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)(j1 - j0),
              (int)p->dim_k, (T)p->scale, AT(&p->q, b, h, i0),
              (int)sdpa_row_stride(&p->q, p->dim_k), AT(&p->k, b, hk, c0 + j0),
@@ -205,14 +194,8 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
     /* O = Σ over runs of P[:, run] V[run]: the first run sets O, the
      * others add to it. */
     T beta = 0;
-    for (int64_t j0 = 0, j1; live_count > 0 && j0 < ncols; j0 = j1) {
-        if (live_count < ncols) {
-            j0 = sdpa_next_run(live, j0, ncols, &j1);
-            if (j0 == ncols)
-                break;
-        } else {
-            j1 = ncols;
-        }
+    for (int64_t j0 = 0, j1 = 0;
+         sdpa_live_run(live, live_count, ncols, &j0, &j1); j0 = j1) {
         GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
              (int)p->dim_v, (int)(j1 - j0), (T)1, s + j0, (int)ld,
              AT(&p->v, b, hk, c0 + j0), (int)v_ld, beta, out, (int)out_ld);

@@ -24,3 +24,15 @@ static inline T NAME(entropy_sum)(const T *x, const T *t, int64_t n, T m)
             sum += x[j] * (t[j] - m);
     return sum;
 }
+
+/* The scores of dead keys (no row of the block may see them) are not
+ * computed: rows [0, rows) of s (leading dimension ld) get 0 there, a
+ * finite value the mask or bias then forbids in every row. */
+static inline void NAME(zero_dead_scores)(T *s, int64_t ld, int64_t rows,
+                                          const uint8_t *live, int64_t n)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++)
+            if (!live[j])
+                s[r * ld + j] = 0;
+}
