@@ -191,9 +191,10 @@ SDPA_API int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
 /* Free the context and its scratch. NULL is accepted. */
 SDPA_API void sdpa_ctx_destroy(sdpa_ctx *ctx);
 
-/* The message of the last failed sdpa_forward, sdpa_forward_workspace or
- * sdpa_ctx_set_int on this context: what and where; "" after a successful
- * one (sdpa_ctx_get_int, which takes a const context, leaves it as it is).
+/* The message of the last failed call on this context (sdpa_forward,
+ * sdpa_forward_workspace, sdpa_ctx_set_int and the other functions that
+ * take a non-const context): what and where; "" after a successful one
+ * (sdpa_ctx_get_int, which takes a const context, leaves it as it is).
  * Never NULL (for a NULL ctx, a fixed message). */
 SDPA_API const char *sdpa_ctx_last_error(const sdpa_ctx *ctx);
 
@@ -375,6 +376,98 @@ SDPA_API int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args);
  * SDPA_ERR_BAD_DIM for heads <= 0, SDPA_ERR_BAD_ALIBI for a negative or
  * non-finite max_bias; nothing is written then. */
 SDPA_API int sdpa_alibi_slopes(int64_t heads, double max_bias, double *slopes);
+
+/* ------------------------------------------------------------------------ */
+/* Positional encodings (1.1).                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The sinusoidal table of "Attention Is All You Need" as the textbook
+ * defines it: for t = 0..tokens-1 at position pos = offset + t, row t holds
+ * dim values, table[t·dim + 2r] = sin(pos / base^(2r/dim)) and
+ * table[t·dim + 2r + 1] = cos(pos / base^(2r/dim)) (an odd dim ends with a
+ * sin). base 0 = 10000. dtype SDPA_FLOAT32 or SDPA_FLOAT64; the table is
+ * computed in double, then rounded. Add it to the token embeddings
+ * (X~_t = X_t + p_t): attention alone is permutation-equivariant. */
+SDPA_API int sdpa_sinusoidal_table(int dtype, int64_t tokens, int64_t dim,
+                                   int64_t offset, double base, void *table);
+
+/* Rotary embeddings (RoPE), in place on x, a [N, H, T, D] view of the dtype
+ * (q or k of a call, before it). Row t of batch item n is rotated by the
+ * angles pos·base^(-2r/rotary_dim), r = 0..rotary_dim/2-1, pos =
+ * positions ? positions[n·T + t] : t (a KV-cache step passes its own
+ * positions). Each pair (a, b) becomes (a·cos θ − b·sin θ, a·sin θ +
+ * b·cos θ); the pairs are (r, r + rotary_dim/2) in the half-split style of
+ * GPT-NeoX and Llama (SDPA_ROPE_HALF), (2r, 2r + 1) in the interleaved
+ * style of GPT-J (SDPA_ROPE_INTERLEAVED). base 0 = 10000; rotary_dim 0 =
+ * D, else even and at most D (the rest is left as is). Strides of x: non-
+ * negative, innermost 1, no element reached twice. Angles are computed in
+ * double. */
+enum { SDPA_ROPE_HALF = 1, SDPA_ROPE_INTERLEAVED = 2 };
+SDPA_API int sdpa_rope_apply(int dtype, sdpa_tensor x, const int64_t *positions,
+                             int style, double base, int64_t rotary_dim);
+
+/* ------------------------------------------------------------------------ */
+/* The multi-head attention layer (1.1).                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Positional encoding the layer applies. */
+enum {
+    SDPA_POS_NONE = 0,
+    SDPA_POS_SINUSOIDAL = 1,      /* table added to x_q and x_kv */
+    SDPA_POS_ROPE_HALF = 2,       /* RoPE on the projected Q and K */
+    SDPA_POS_ROPE_INTERLEAVED = 3 /* RoPE, GPT-J's pairs */
+};
+
+/* Arguments of one layer call; zero-initialise and set struct_size
+ * (SDPA_MHA_ARGS_INIT). Weights are row-major matrices of the dtype, applied
+ * as X W (so a PyTorch nn.Linear weight, [out, in], is passed transposed:
+ * README "The multi-head layer and positions"):
+ *
+ *   x_q  [N, 1, Tq, d_model]   x_kv [N, 1, Tk, d_model] (x_kv.data NULL:
+ *                              self-attention on x_q)
+ *   w_q  [d_model, Hq·dk]      w_k  [d_model, Hkv·dk]
+ *   w_v  [d_model, Hkv·dv]     w_o  [Hq·dv, d_model]
+ *   b_q, b_k, b_v, b_o         optional biases of Hq·dk, Hkv·dk, Hkv·dv,
+ *                              d_model values
+ *   y    [N, 1, Tq, d_model]   written: Concat(head_1..head_Hq) W_O + b_o
+ *
+ * Head h of Q is columns h·dk..(h+1)·dk-1 of X W_Q (likewise K, V); the
+ * concatenation puts head h's output at columns h·dv.. of the W_O input.
+ * attn, when not NULL, carries the options of the attention call (causal,
+ * flags, scale, soft-cap, kv_lens, mask, bias, window, ALiBi, sinks and
+ * the optional weights, lse, max_weight, entropy outputs); its q, k, v, out
+ * and logits must be absent (the layer makes them). The projected Q, K, V
+ * and the heads' outputs live in the context's scratch: a repeated call
+ * allocates nothing. */
+typedef struct sdpa_mha_args {
+    size_t struct_size; /* sizeof(sdpa_mha_args) */
+    int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64 */
+    int positions;      /* SDPA_POS_* */
+    int64_t heads_q;    /* Hq, required */
+    int64_t heads_kv;   /* Hkv; 0 = Hq */
+    int64_t dim_k;      /* dk; 0 = d_model / Hq */
+    int64_t dim_v;      /* dv; 0 = dk */
+    double pos_base;    /* sinusoidal / RoPE base; 0 = 10000 */
+    int64_t pos_offset; /* position of token 0 (continued sequences) */
+    const int64_t *pos_q, *pos_kv; /* token positions (RoPE, sinusoidal):
+                                      N·Tq / N·Tk values, or NULL:
+                                      pos_offset + t; all 0/NULL with
+                                      SDPA_POS_NONE, pos_kv NULL in
+                                      self-attention */
+    sdpa_tensor x_q, x_kv, y;
+    const void *w_q, *w_k, *w_v, *w_o;
+    const void *b_q, *b_k, *b_v, *b_o;
+    const sdpa_forward_args *attn; /* optional: options of the attention */
+} sdpa_mha_args;
+
+#define SDPA_MHA_ARGS_INIT                                                     \
+    {                                                                          \
+        .struct_size = sizeof(sdpa_mha_args)                                   \
+    }
+
+/* y = MultiHead(x_q, x_kv) for the whole batch: projections as CBLAS gemms,
+ * the positional encoding, sdpa_forward, the output projection. */
+SDPA_API int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args);
 
 /* Validate args and plan the call without computing: *bytes receives the
  * scratch the call will hold in the context (what sdpa_forward would grow it

@@ -99,6 +99,7 @@ void sdpa_ctx_destroy(sdpa_ctx *ctx)
     for (int i = 0; i < SDPA_MAX_THREADS; i++)
         sdpa_free(ctx, ctx->scratch[i].ptr, ctx->scratch[i].size);
     sdpa_free(ctx, ctx->shared.ptr, ctx->shared.size);
+    sdpa_free(ctx, ctx->layer.ptr, ctx->layer.size);
     sdpa_allocator allocator = ctx->allocator;
     allocator.free(allocator.opaque, ctx, sizeof *ctx);
 }
@@ -130,6 +131,11 @@ int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
     for (int i = 0; status == SDPA_OK && i < workers; i++)
         status = grow(ctx, &ctx->scratch[i], worker_bytes);
     return status;
+}
+
+int sdpa_layer_reserve(sdpa_ctx *ctx, size_t bytes)
+{
+    return grow(ctx, &ctx->layer, bytes);
 }
 
 /* The name of an option id as the header spells it, for messages. */

@@ -31,6 +31,7 @@ struct sdpa_ctx {
     int kernel;         /* resolved SDPA_KERNEL_* (never AUTO) */
     sdpa_buffer scratch[SDPA_MAX_THREADS]; /* one per worker */
     sdpa_buffer shared;                    /* read by every worker */
+    sdpa_buffer layer; /* sdpa_mha_forward's projections (layer.c) */
     sdpa_pool *pool;
     char message[256];
 };
@@ -66,6 +67,9 @@ void sdpa_free(const sdpa_ctx *ctx, void *ptr, size_t size);
  * (a second call with the same shape allocates nothing). */
 int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
                          size_t shared_bytes);
+/* Makes ctx->layer at least bytes large (allocating only when it is
+ * smaller). */
+int sdpa_layer_reserve(sdpa_ctx *ctx, size_t bytes);
 
 /* A validated tensor: base pointer and element strides, with broadcast
  * dimensions' strides set to 0. data is NULL for an absent optional tensor. */

@@ -13,6 +13,8 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/online_softmax.c
     ${CMAKE_CURRENT_LIST_DIR}/live_keys.c
     ${CMAKE_CURRENT_LIST_DIR}/alibi.c
+    ${CMAKE_CURRENT_LIST_DIR}/positions.c
+    ${CMAKE_CURRENT_LIST_DIR}/layer.c
     ${CMAKE_CURRENT_LIST_DIR}/pool.c
     ${CMAKE_CURRENT_LIST_DIR}/blas_threads.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_dispatch.c
