@@ -498,6 +498,88 @@ static inline sdpa_tensor sdpa_tensor_bthd(void *data, int64_t n, int64_t h,
     return x;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The backward pass (1.1).                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Arguments of one backward call: the inputs and options of a forward call,
+ * its out and lse, the gradient dout of the loss with respect to out, and
+ * where the gradients go. Zero-initialise, then set struct_size
+ * (SDPA_BACKWARD_ARGS_INIT); grows like sdpa_forward_args (docs/ABI.md):
+ * a struct_size below 952 (this version's size) is SDPA_ERR_STRUCT_SIZE.
+ *
+ * The options (dtype, causal, flags, scale, softcap, kv_lens, mask, bias,
+ * window, alibi_slopes, sinks) and q, k, v must be those of the forward
+ * call, whose rules they follow; out and lse are what it wrote (lse is
+ * required here), and the context's SDPA_OPT_EMPTY_ROWS must be the same.
+ *
+ *   dout  [N, Hq, Tq, Dv]   dtype, input
+ *   dq    [N, Hq, Tq, Dk]   dtype, written
+ *   dk    [N|1, Hkv, Tk, Dk] dtype, written; extent 1 over N exactly when
+ *                           k is broadcast over N (extent 1 or stride 0):
+ *                           then the sum over the batch items
+ *   dv    [N|1, Hkv, Tk, Dv] dtype, written; likewise for v
+ *   dbias optional, written, only with a bias: the bias's shape with extent
+ *         1 exactly on the dimensions the bias broadcasts (extent 1 or
+ *         stride 0), which hold the sum over what they broadcast to; any
+ *         non-negative strides
+ *   dsinks optional, Hq doubles, written, only with sinks
+ *
+ * Innermost strides of dout, dq, dk and dv must be 1. The outputs must not
+ * overlap each other or any input (SDPA_ERR_OVERLAP).
+ *
+ * With P_ij = exp(z_ij - lse_i) the forward's weights (z the final logit),
+ * D_i = Σ_d dout_id·out_id and u_ij = scale·<q_i, k_j> the logit before
+ * the soft-cap:
+ *   dv_j     = Σ_i P_ij dout_i
+ *   dz_ij    = P_ij (<dout_i, v_j> - D_i)          (0 at forbidden keys)
+ *   dbias    = dz, summed over the broadcast dimensions
+ *   ds_ij    = dz_ij · (1 - tanh²(u_ij / c)) with a soft-cap c, else dz_ij
+ *   dq_i     = scale · Σ_j ds_ij k_j,  dk_j = scale · Σ_i ds_ij q_i
+ *              (GQA: dk and dv sum over the query heads of the group)
+ *   dsinks_h = -Σ_{b,i} exp(sigma_h - lse_i) D_i   (the sink is a key
+ *              whose value is 0: its dz is P_sink·(0 - D_i))
+ * ALiBi slopes are constants (no gradient). A row with lse = -inf (no
+ * allowed key, SDPA_EMPTY_ROWS_ZERO) contributes nothing and gets dq = 0.
+ * Keys no row may see get dk = dv = 0 and their K and V rows are never
+ * read, as in the forward. Scratch is O(blocks) in the context: a repeated
+ * call allocates nothing. Errors are found before anything is written,
+ * except SDPA_ERR_NONFINITE (a NaN or +inf recomputed logit, or an lse
+ * that is NaN, +inf, or -inf for a row that has allowed keys), after which
+ * the outputs hold unspecified values. Results are bitwise identical for
+ * every SDPA_OPT_NUM_THREADS; the work splits over (batch item, KV head),
+ * coarser when k or v is broadcast over N or dbias over N or the heads. */
+typedef struct sdpa_backward_args {
+    size_t struct_size; /* sizeof(sdpa_backward_args) */
+    int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64 */
+    int causal;         /* SDPA_CAUSAL_* */
+    uint32_t flags;     /* SDPA_FLAG_* */
+    double scale;       /* 0 = 1/sqrt(Dk) */
+    double softcap;     /* 0 = off */
+    const int64_t *kv_lens;
+    sdpa_tensor q, k, v;
+    sdpa_tensor mask, bias;
+    sdpa_tensor out, dout, lse; /* the forward's out and lse; dout */
+    sdpa_tensor dq, dk, dv;     /* written */
+    sdpa_tensor dbias;          /* optional output */
+    int64_t window_left, window_right;
+    const double *alibi_slopes;
+    const double *sinks;
+    double *dsinks; /* optional output, Hq values */
+#ifdef SDPA_ABI_TEST_APPENDED_FIELD
+    uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
+#endif
+} sdpa_backward_args;
+
+#define SDPA_BACKWARD_ARGS_INIT                                                \
+    {                                                                          \
+        .struct_size = sizeof(sdpa_backward_args)                              \
+    }
+
+/* The gradients of attention for the whole batch (FlashAttention-2's
+ * scheme: the weights are recomputed per block from lse, never stored). */
+SDPA_API int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args);
+
 #ifdef __cplusplus
 }
 #endif

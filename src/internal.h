@@ -117,6 +117,11 @@ typedef struct sdpa_problem {
     bool diagnostics;              /* either of them is asked for */
 } sdpa_problem;
 
+/* Could an output view write one element twice? (validate.c's rule,
+ * conservative: sorted by stride, each dimension must step past all that
+ * the inner ones cover; strides non-negative, broadcast ones already 0.) */
+bool sdpa_overlaps_itself(const int64_t shape[4], const int64_t stride[4]);
+
 /* Checks every argument and every size; writes nothing but *problem and, on
  * failure, ctx's message. */
 int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,

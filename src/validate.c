@@ -81,7 +81,7 @@ static bool span_elements(const sdpa_tensor *t, const int64_t stride[4],
 
 /* An output must not write one element twice: sorted by stride, every
  * dimension must step over everything the inner dimensions cover. */
-static bool overlaps_itself(const int64_t shape[4], const int64_t stride[4])
+bool sdpa_overlaps_itself(const int64_t shape[4], const int64_t stride[4])
 {
     int order[4] = {0, 1, 2, 3};
     for (int a = 1; a < 4; a++) /* insertion sort by stride */
@@ -130,7 +130,7 @@ static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
                          "length %lld",
                          r->name, (long long)stride[T_DIM],
                          (long long)t->shape[D_DIM]);
-    if (r->is_output && overlaps_itself(t->shape, stride))
+    if (r->is_output && sdpa_overlaps_itself(t->shape, stride))
         return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
                          "sdpa_forward: output %s has strides {%lld, %lld, "
                          "%lld, %lld}: sorted, each must step past all the "

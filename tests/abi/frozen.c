@@ -122,6 +122,9 @@ OFFSET(sdpa_forward_args, logits_stage, 728);
 OFFSET(sdpa_forward_args, max_weight, 736);
 OFFSET(sdpa_forward_args, entropy, 808);
 MIN_SIZE(sdpa_forward_args, 880);
+/* new in 1.1 */
+OFFSET(sdpa_backward_args, struct_size, 0);
+MIN_SIZE(sdpa_backward_args, 952);
 #endif
 
 int main(void)
