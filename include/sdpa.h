@@ -580,6 +580,68 @@ typedef struct sdpa_backward_args {
  * scheme: the weights are recomputed per block from lse, never stored). */
 SDPA_API int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args);
 
+/* ------------------------------------------------------------------------ */
+/* Merging partial results (1.1).                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Arguments of sdpa_merge; zero-initialise and set struct_size
+ * (SDPA_MERGE_ARGS_INIT). struct_size below 184 (its first size, LP64) is
+ * SDPA_ERR_STRUCT_SIZE; later releases append fields as for
+ * sdpa_forward_args.
+ *
+ *   outs[p] [N, H, T, Dv] dtype, p = 0..parts-1: partial outputs
+ *   lses[p] [N, H, T, 1]  dtype: their log-sum-exps (stride[3] ignored)
+ *   out     [N, H, T, Dv] dtype, written
+ *   lse     [N, H, T, 1]  dtype, optional output
+ *
+ * Strided views as in sdpa_forward (innermost stride 1 for outs and out;
+ * any non-negative strides elsewhere; an extent-1 dimension's stride is
+ * not used). outs[0] fixes N, H, T and Dv; every other view must agree. */
+typedef struct sdpa_merge_args {
+    size_t struct_size;      /* sizeof(sdpa_merge_args) */
+    int dtype;               /* SDPA_FLOAT32 or SDPA_FLOAT64 */
+    int64_t parts;           /* P >= 1 */
+    const sdpa_tensor *outs; /* P partial outputs */
+    const sdpa_tensor *lses; /* P partial lse views */
+    sdpa_tensor out, lse;    /* the merged result (lse optional) */
+} sdpa_merge_args;
+
+#define SDPA_MERGE_ARGS_INIT                                                   \
+    {                                                                          \
+        .struct_size = sizeof(sdpa_merge_args)                                 \
+    }
+
+/* Combine P partial results of the same query rows, each computed by
+ * sdpa_forward (with its lse output) over one of P disjoint sets of keys,
+ * into the result over their union (1.1). Per row, with m = max_p lse_p:
+ *
+ *   lse = m + log Σ_p exp(lse_p − m)      out = Σ_p exp(lse_p − lse) out_p
+ *
+ * which is exactly the softmax over all the keys: each partial's weights
+ * are rescaled by exp(lse_p − lse). The weights are computed in double;
+ * partials are taken in the order 0..P-1, so a call is bitwise
+ * reproducible, and a single partial (or one whose lse is the only finite
+ * one) is copied exactly. A partial whose lse is −inf (no allowed key: a
+ * zero row of SDPA_EMPTY_ROWS_ZERO) contributes nothing and its out row is
+ * never read. A row whose lses are all −inf follows the context's empty-row
+ * policy: SDPA_ERR_FULLY_MASKED_ROW naming batch item, head and row by
+ * default; out 0 and lse −inf under SDPA_EMPTY_ROWS_ZERO. An lse that is
+ * NaN or +inf is SDPA_ERR_NONFINITE. Sinks: give them to one partial only
+ * (its lse then includes the sink, as the whole call's would).
+ *
+ * Errors (all detected before anything is written; sdpa_ctx_last_error
+ * says what and where): SDPA_ERR_NULL_POINTER (args, outs, lses, a data
+ * pointer), STRUCT_SIZE / STRUCT_TAIL, BAD_DTYPE, BAD_DIM (parts < 1, an
+ * extent < 1), SHAPE_MISMATCH, BAD_STRIDE, OVERFLOW, OVERLAP,
+ * FULLY_MASKED_ROW, NONFINITE.
+ *
+ * In place: out may be outs[0] and lse may be lses[0] — the very same views
+ * (data and strides) — to accumulate into partial 0; the result is bitwise
+ * the same as into separate buffers. Any other overlap of an output with
+ * an input or with the other output is SDPA_ERR_OVERLAP. Allocates
+ * nothing. */
+SDPA_API int sdpa_merge(sdpa_ctx *ctx, const sdpa_merge_args *args);
+
 #ifdef __cplusplus
 }
 #endif

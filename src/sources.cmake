@@ -12,6 +12,7 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/path_decode.c
     ${CMAKE_CURRENT_LIST_DIR}/online_softmax.c
     ${CMAKE_CURRENT_LIST_DIR}/backward.c
+    ${CMAKE_CURRENT_LIST_DIR}/merge.c
     ${CMAKE_CURRENT_LIST_DIR}/live_keys.c
     ${CMAKE_CURRENT_LIST_DIR}/alibi.c
     ${CMAKE_CURRENT_LIST_DIR}/positions.c

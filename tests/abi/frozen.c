@@ -125,6 +125,8 @@ MIN_SIZE(sdpa_forward_args, 880);
 /* new in 1.1 */
 OFFSET(sdpa_backward_args, struct_size, 0);
 MIN_SIZE(sdpa_backward_args, 952);
+OFFSET(sdpa_merge_args, struct_size, 0);
+MIN_SIZE(sdpa_merge_args, 184);
 #endif
 
 int main(void)

@@ -1,0 +1,282 @@
+/*
+ * sdpa-mpi-bench: libsdpa-mpi on the benchmark's shapes (bench/shapes.c).
+ *
+ *   mpirun -np P sdpa-mpi-bench prefill [--layout contiguous|balanced]
+ *                                       [--tokens T] [--reps R]
+ *   mpirun -np P sdpa-mpi-bench decode  [--reps R]
+ *
+ * prefill: shape L (N=1, H=1, T=131072, D=64, float32, causal top-left),
+ *   each rank holding its shard; reports the call's time (slowest rank),
+ *   the bytes each rank sent, its compute and exposed-wait seconds, and
+ *   the fraction of the communication hidden behind compute: 1 - wait /
+ *   (the same ring transfers timed alone, without compute).
+ * decode: shape G (N=1, Hq=Hkv=32, Tq=1, Tk=4096, D=128, float32), the
+ *   cache split by key range; reports the median time of R calls and the
+ *   largest difference from single-process sdpa_forward of the whole
+ *   (computed on rank 0) and between ranks.
+ * One core per rank: run with OPENBLAS_NUM_THREADS=1 (SDPA_OPT_NUM_THREADS
+ * stays 1) and mpirun --bind-to core. Each rank also reports the CPU time
+ * of its process during the call (CLOCK_PROCESS_CPUTIME_ID): on a shared,
+ * loaded machine, where the wall time measures the neighbours too, the
+ * slowest rank's CPU time plus its exposed wait is the time on idle cores.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sdpa_mpi.h"
+
+static int rank, ranks;
+
+/* The value of element i of a tensor, the same whichever rank makes it. */
+static float value(uint64_t tensor, uint64_t i)
+{
+    uint64_t z = tensor * 0x9E3779B97F4A7C15ull + i;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static double cpu_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double max_over_ranks(double v)
+{
+    double m;
+    MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return m;
+}
+
+/* The ring's transfers alone: P-1 steps, each rank sending its current
+ * shard (elems[src] floats) to the next and receiving the previous one's. */
+static double ring_alone(const int64_t *elems, int64_t most)
+{
+    float *buf[2] = {calloc((size_t)most, 4), calloc((size_t)most, 4)};
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    int cur = 0;
+    for (int s = 0; s < ranks - 1; s++) {
+        int src = (rank - s + ranks) % ranks;
+        int from = (rank - s - 1 + ranks) % ranks;
+        MPI_Request req[2];
+        MPI_Irecv(buf[1 - cur], (int)elems[from], MPI_FLOAT,
+                  (rank - 1 + ranks) % ranks, s, MPI_COMM_WORLD, &req[0]);
+        MPI_Isend(buf[cur], (int)elems[src], MPI_FLOAT, (rank + 1) % ranks, s,
+                  MPI_COMM_WORLD, &req[1]);
+        MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+        cur = 1 - cur;
+    }
+    double t = MPI_Wtime() - t0;
+    free(buf[0]);
+    free(buf[1]);
+    return max_over_ranks(t);
+}
+
+static int prefill(sdpa_ctx *ctx, int layout, int64_t T, int reps)
+{
+    const int64_t D = 64;
+    int64_t off[2], len[2];
+    if (sdpa_mpi_shard(layout, T, rank, ranks, off, len) != SDPA_OK)
+        return 1;
+    int64_t rows = len[0] + len[1];
+    float *q = malloc((size_t)(rows * D) * 4),
+          *k = malloc((size_t)(rows * D) * 4);
+    float *v = malloc((size_t)(rows * D) * 4),
+          *out = malloc((size_t)(rows * D) * 4);
+    for (int s = 0, local = 0; s < 2; s++)
+        for (int64_t i = 0; i < len[s]; i++, local++)
+            for (int64_t d = 0; d < D; d++) {
+                uint64_t at = (uint64_t)((off[s] + i) * D + d);
+                q[local * D + d] = value(1, at);
+                k[local * D + d] = value(2, at);
+                v[local * D + d] = value(3, at);
+            }
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = SDPA_FLOAT32;
+    a.causal = SDPA_CAUSAL_TOP_LEFT;
+    a.q = sdpa_tensor_bhtd(q, 1, 1, rows, D);
+    a.k = sdpa_tensor_bhtd(k, 1, 1, rows, D);
+    a.v = sdpa_tensor_bhtd(v, 1, 1, rows, D);
+    a.out = sdpa_tensor_bhtd(out, 1, 1, rows, D);
+    sdpa_mpi_stats st = {.struct_size = sizeof st};
+    sdpa_mpi_args m = SDPA_MPI_ARGS_INIT;
+    m.layout = layout;
+    m.attn = &a;
+    m.stats = &st;
+    double best = INFINITY, cpu = 0;
+    sdpa_mpi_stats kept = st;
+    for (int r = 0; r < reps; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime(), c0 = cpu_seconds();
+        int status = sdpa_mpi_prefill(ctx, MPI_COMM_WORLD, &m);
+        double c = cpu_seconds() - c0;
+        double t = max_over_ranks(MPI_Wtime() - t0);
+        if (status != SDPA_OK) {
+            fprintf(stderr, "rank %d: %s\n", rank, sdpa_mpi_last_error());
+            return 1;
+        }
+        if (t < best) {
+            best = t;
+            kept = st;
+            cpu = c;
+        }
+    }
+    /* The transfers alone, for the hidden fraction. */
+    int64_t *elems = malloc((size_t)ranks * sizeof *elems), most = 0;
+    for (int r = 0; r < ranks; r++) {
+        int64_t o[2], l[2];
+        sdpa_mpi_shard(layout, T, r, ranks, o, l);
+        elems[r] = (l[0] + l[1]) * 2 * D;
+        most = elems[r] > most ? elems[r] : most;
+    }
+    double alone = ranks > 1 ? ring_alone(elems, most) : 0;
+    double checksum = 0, all;
+    for (int64_t i = 0; i < rows * D; i++)
+        checksum += out[i];
+    MPI_Reduce(&checksum, &all, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    for (int r = 0; r < ranks; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (r == rank) {
+            double hidden = alone > 0 ? 1.0 - kept.wait_seconds / alone : 1.0;
+            hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
+            printf("prefill L T=%lld %s P=%d rank %d: rows %lld, sent %.1f "
+                   "MB, compute %.3f s, CPU %.3f s, exposed wait %.4f s, "
+                   "transfers alone %.4f s, hidden %.1f %%, calls %lld, blocks "
+                   "skipped %lld\n",
+                   (long long)T,
+                   layout == SDPA_MPI_LAYOUT_BALANCED ? "balanced"
+                                                      : "contiguous",
+                   ranks, rank, (long long)rows, (double)kept.bytes_sent / 1e6,
+                   kept.compute_seconds, cpu, kept.wait_seconds, alone,
+                   100 * hidden, (long long)kept.forward_calls,
+                   (long long)kept.blocks_skipped);
+            fflush(stdout);
+        }
+    }
+    if (rank == 0)
+        printf("prefill L T=%lld P=%d: %.3f s (best of %d; checksum %.6g)\n",
+               (long long)T, ranks, best, reps, all);
+    free(elems);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    return 0;
+}
+
+static int decode(sdpa_ctx *ctx, int reps)
+{
+    const int64_t H = 32, T = 4096, D = 128;
+    size_t cache = (size_t)(H * T * D);
+    float *q = malloc((size_t)(H * D) * 4), *k = malloc(cache * 4),
+          *v = malloc(cache * 4), *out = malloc((size_t)(H * D) * 4),
+          *ref = malloc((size_t)(H * D) * 4);
+    for (size_t i = 0; i < (size_t)(H * D); i++)
+        q[i] = value(4, i);
+    for (size_t i = 0; i < cache; i++) {
+        k[i] = value(5, i);
+        v[i] = value(6, i);
+    }
+    int64_t first = T * rank / ranks, keys = T * (rank + 1) / ranks - first;
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = SDPA_FLOAT32;
+    a.q = sdpa_tensor_bhtd(q, 1, H, 1, D);
+    a.k = sdpa_tensor_bhtd(k + first * D, 1, H, keys, D);
+    a.k.stride[1] = T * D;
+    a.k.stride[0] = H * T * D;
+    a.v = a.k;
+    a.v.data = v + first * D;
+    a.out = sdpa_tensor_bhtd(out, 1, H, 1, D);
+    sdpa_mpi_args m = SDPA_MPI_ARGS_INIT;
+    m.attn = &a;
+    double *times = malloc((size_t)reps * sizeof *times);
+    for (int r = 0; r < reps; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        int status = sdpa_mpi_decode(ctx, MPI_COMM_WORLD, &m);
+        times[r] = max_over_ranks(MPI_Wtime() - t0);
+        if (status != SDPA_OK) {
+            fprintf(stderr, "rank %d: %s\n", rank, sdpa_mpi_last_error());
+            return 1;
+        }
+    }
+    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    /* Against single-process sdpa_forward of the whole cache, and the
+     * ranks against rank 0. */
+    double diff = 0, between = 0;
+    float *r0 = malloc((size_t)(H * D) * 4);
+    memcpy(r0, out, (size_t)(H * D) * 4);
+    MPI_Bcast(r0, (int)(H * D), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    for (int64_t i = 0; i < H * D; i++)
+        between = fmax(between, fabs((double)r0[i] - out[i]));
+    between = max_over_ranks(between);
+    if (rank == 0) {
+        sdpa_forward_args w = a;
+        w.k = sdpa_tensor_bhtd(k, 1, H, T, D);
+        w.v = sdpa_tensor_bhtd(v, 1, H, T, D);
+        w.out = sdpa_tensor_bhtd(ref, 1, H, 1, D);
+        if (sdpa_forward(ctx, &w) != SDPA_OK)
+            return 1;
+        for (int64_t i = 0; i < H * D; i++)
+            diff = fmax(diff, fabs((double)ref[i] - out[i]));
+        printf("decode G P=%d: median %.3f ms, min %.3f ms (%d calls); max "
+               "|diff| vs sdpa_forward %.3g, between ranks %.3g\n",
+               ranks, 1e3 * times[reps / 2], 1e3 * times[0], reps, diff,
+               between);
+    }
+    free(r0);
+    free(times);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(ref);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    const char *mode = argc > 1 ? argv[1] : "prefill";
+    int layout = SDPA_MPI_LAYOUT_BALANCED, reps = -1;
+    int64_t tokens = 131072;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--layout"))
+            layout = !strcmp(argv[i + 1], "contiguous")
+                         ? SDPA_MPI_LAYOUT_CONTIGUOUS
+                         : SDPA_MPI_LAYOUT_BALANCED;
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--tokens"))
+            tokens = atoll(argv[i + 1]);
+    }
+    sdpa_ctx *ctx;
+    if (sdpa_ctx_create(&ctx) != SDPA_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    int status;
+    if (!strcmp(mode, "decode"))
+        status = decode(ctx, reps > 0 ? reps : 200);
+    else
+        status = prefill(ctx, layout, tokens, reps > 0 ? reps : 1);
+    sdpa_ctx_destroy(ctx);
+    MPI_Finalize();
+    return status;
+}

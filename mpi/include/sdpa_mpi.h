@@ -1,0 +1,174 @@
+/*
+ * libsdpa-mpi — libsdpa's attention over the ranks of an MPI communicator.
+ *
+ * Two ways to split one attention call over P ranks (one process each,
+ * typically one per node or per socket), both exact: every rank computes
+ * sdpa_forward on the part it holds and the partial results are combined
+ * with their log-sum-exps (sdpa_merge, include/sdpa.h), so the result is
+ * the one sdpa_forward gives for the whole problem in one process, to
+ * within rounding (bitwise on one rank).
+ *
+ *  - sdpa_mpi_prefill, context-parallel self-attention (ring attention):
+ *    the sequence of T tokens is split into shards by position; each rank
+ *    holds the query rows of its shard and the K/V rows of the same
+ *    positions. The K/V shards travel round the ring (rank r sends to r+1,
+ *    receives from r-1) with non-blocking sends and receives that overlap
+ *    the compute on the shard in hand; P steps, P-1 transfers per rank.
+ *    Blocks of (query shard, key shard) entirely above the causal diagonal
+ *    are skipped. Causal self-attention with contiguous shards leaves rank
+ *    P-1 with about 2P-1 times the work of rank 0, so a balanced layout is
+ *    offered: the sequence is cut into 2P stripes and rank r holds stripes
+ *    r and 2P-1-r (one early, one late), which gives every rank the same
+ *    number of visible (query, key) pairs to within one stripe's diagonal.
+ *  - sdpa_mpi_decode, sharded-KV decode: the KV cache is split by key range
+ *    over the ranks (rank r holds the keys after those of ranks 0..r-1),
+ *    the few query rows are replicated; each rank computes its partial
+ *    result, the partials are gathered (MPI_Allgather) and merged in rank
+ *    order on every rank: every rank ends with the same result, bit for
+ *    bit.
+ *
+ * What each rank passes (sdpa_mpi_args.attn, an sdpa_forward_args):
+ *
+ *   prefill  q, out      [N, Hq, T_r, Dk|Dv]  this rank's query rows, in the
+ *                        layout's order (balanced: stripe r's rows, then
+ *                        stripe 2P-1-r's); T = Σ_r T_r
+ *            k, v        [N|1, Hkv, T_r, D]   the K/V rows of the same
+ *                        positions
+ *            lse         [N, Hq, T_r, 1]      optional
+ *            mask, bias  [N|1, Hq|1, T_r|1, T|1]  optional: this rank's
+ *                        query rows against ALL T key positions (columns
+ *                        are global positions)
+ *            kv_lens     N values in [0, T], the same on every rank
+ *   decode   q, out, lse [N, Hq, Tq, D]       replicated: the same on every
+ *                        rank (the result is written on every rank)
+ *            k, v        [N|1, Hkv, Tk_r, D]  this rank's key range;
+ *                        Tk = Σ_r Tk_r keys, rank r's first key is Σ_{s<r}
+ *                        Tk_s
+ *            mask, bias  [N|1, Hq|1, Tq|1, Tk_r|1]: columns are this rank's
+ *                        keys
+ *            kv_lens     N values in [0, Tk] over the whole cache, the same
+ *                        on every rank
+ *
+ * dtype, causal (both anchors, measured on the whole problem: Tq = T in
+ * prefill, the Tq replicated rows in decode, L_b = kv_lens[b] or the whole
+ * key count), scale, soft-cap, flags, GQA (Hq % Hkv == 0), N, the heads and
+ * D must agree on every rank. The empty-row policy is the context's
+ * (SDPA_OPT_EMPTY_ROWS; each rank's own, which must agree): a row without
+ * an allowed key anywhere fails the call on every rank with
+ * SDPA_ERR_FULLY_MASKED_ROW (naming batch item, head, row and, in prefill,
+ * the row's global position), or gets zeros and lse -inf.
+ *
+ * Refused with SDPA_ERR_UNSUPPORTED (and a message saying which field):
+ * the weights, logits, max_weight and entropy outputs (they span all keys,
+ * which no rank holds), sliding windows and ALiBi (their distances would
+ * need the global positions; pass them as a bias instead), sinks.
+ *
+ * Errors. The calls are collective: every rank of comm calls them, with
+ * the same args except for the rank's own tensors. Arguments are checked
+ * on each rank and the outcome is agreed on before any data moves, and
+ * again after the compute: every rank returns the same status (the lowest
+ * failing rank's; its message, prefixed with its rank, is copied to every
+ * rank: sdpa_mpi_last_error()). Outputs are written only when every rank
+ * succeeded, so they are untouched after any error, SDPA_ERR_NONFINITE
+ * included. A failure of MPI itself aborts by MPI's default error handler.
+ *
+ * Threads: the calls are made by one thread per rank, with a context used
+ * by that thread only (its options, SDPA_OPT_NUM_THREADS included, apply
+ * to the rank's computation; the call sets SDPA_OPT_EMPTY_ROWS to ZERO for
+ * its partial results and restores it before returning).
+ */
+#ifndef SDPA_MPI_H
+#define SDPA_MPI_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sdpa.h>
+
+#define SDPA_MPI_VERSION_MAJOR 1
+#define SDPA_MPI_VERSION_MINOR 0
+#define SDPA_MPI_VERSION_PATCH 0
+
+#if defined(SDPA_MPI_STATIC_DEFINE)
+#define SDPA_MPI_API
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define SDPA_MPI_API __attribute__((visibility("default")))
+#else
+#define SDPA_MPI_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Layouts of sdpa_mpi_prefill's shards. */
+enum {
+    SDPA_MPI_LAYOUT_CONTIGUOUS = 1, /* rank r holds positions [o_r, o_r +
+                                       T_r), o_r = Σ_{s<r} T_s: any T_r >= 1 */
+    SDPA_MPI_LAYOUT_BALANCED = 2    /* 2P stripes as sdpa_mpi_shard cuts
+                                       them; rank r holds stripes r and
+                                       2P-1-r (for causal calls) */
+};
+
+/* Optional per-call figures of this rank (zero-initialise, set
+ * struct_size). */
+typedef struct sdpa_mpi_stats {
+    size_t struct_size;     /* sizeof(sdpa_mpi_stats) */
+    uint64_t bytes_sent;    /* K/V (prefill) or partial (decode) bytes */
+    double compute_seconds; /* in sdpa_forward and sdpa_merge */
+    double wait_seconds;    /* blocked waiting for transfers after the
+                               compute of a step (exposed communication) */
+    int64_t forward_calls;  /* sdpa_forward calls made */
+    int64_t blocks_skipped; /* (query, key) shard blocks with no visible
+                               pair (above the diagonal, past kv_lens),
+                               per batch item */
+} sdpa_mpi_stats;
+
+/* Arguments of both calls; zero-initialise and set struct_size
+ * (SDPA_MPI_ARGS_INIT). */
+typedef struct sdpa_mpi_args {
+    size_t struct_size;            /* sizeof(sdpa_mpi_args) */
+    int layout;                    /* prefill: SDPA_MPI_LAYOUT_*; decode: 0 */
+    const sdpa_forward_args *attn; /* this rank's part, as described above */
+    sdpa_mpi_stats *stats;         /* optional output */
+} sdpa_mpi_args;
+
+#define SDPA_MPI_ARGS_INIT                                                     \
+    {                                                                          \
+        .struct_size = sizeof(sdpa_mpi_args)                                   \
+    }
+
+/* The positions rank `rank` of `ranks` holds under `layout` for a sequence
+ * of seq_len tokens: [offset[0], offset[0] + length[0]) and then
+ * [offset[1], offset[1] + length[1]) (length[1] = 0 for CONTIGUOUS).
+ * CONTIGUOUS: seq_len cut into `ranks` shards, the first seq_len % ranks
+ * one longer. BALANCED: cut into 2·ranks stripes the same way; stripes
+ * rank and 2·ranks-1-rank. SDPA_ERR_BAD_OPTION_VALUE for an unknown layout,
+ * SDPA_ERR_BAD_DIM when rank is outside [0, ranks) or seq_len < ranks (a
+ * rank would hold nothing), SDPA_ERR_NULL_POINTER; nothing written then. */
+SDPA_MPI_API int sdpa_mpi_shard(int layout, int64_t seq_len, int rank,
+                                int ranks, int64_t offset[2],
+                                int64_t length[2]);
+
+/* Context-parallel self-attention (ring); collective over comm. */
+SDPA_MPI_API int sdpa_mpi_prefill(sdpa_ctx *ctx, MPI_Comm comm,
+                                  const sdpa_mpi_args *args);
+
+/* Sharded-KV attention of replicated queries (decode); collective. */
+SDPA_MPI_API int sdpa_mpi_decode(sdpa_ctx *ctx, MPI_Comm comm,
+                                 const sdpa_mpi_args *args);
+
+/* What the calling thread's last failed sdpa_mpi_* call said; "" after a
+ * success. Never NULL. */
+SDPA_MPI_API const char *sdpa_mpi_last_error(void);
+
+/* The loaded library's version, SDPA_MPI_VERSION_* as MAJOR·10000 +
+ * MINOR·100 + PATCH. */
+SDPA_MPI_API unsigned sdpa_mpi_version_number(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SDPA_MPI_H */

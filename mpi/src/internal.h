@@ -1,0 +1,127 @@
+/* libsdpa-mpi's internals: shared by prefill.c and decode.c. */
+#ifndef SDPA_MPI_INTERNAL_H
+#define SDPA_MPI_INTERNAL_H
+
+#include "sdpa_mpi.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Frozen first sizes of the structs (LP64), never sizeof. */
+#define SDPA_MPI_ARGS_SIZE_V1 ((size_t)32)
+#define SDPA_MPI_STATS_SIZE_V1 ((size_t)48)
+#define SDPA_FORWARD_ARGS_SIZE_V1 ((size_t)624)
+
+/* Records the calling thread's message (printf-style) and returns status. */
+int mpi_fail(int status, const char *format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* The thread's message buffer (sdpa_mpi_last_error). */
+char *mpi_message(void);
+enum { MPI_MESSAGE_SIZE = 320 };
+
+/* A run of positions: global rows [off, off + len) are local rows
+ * [local, local + len) of the rank's tensors. */
+typedef struct mpi_seg {
+    int64_t off, len, local;
+} mpi_seg;
+
+/* One call's state on this rank. */
+typedef struct mpi_job {
+    const char *fn; /* "sdpa_mpi_prefill" / "sdpa_mpi_decode" */
+    sdpa_ctx *ctx;
+    MPI_Comm comm;
+    int rank, ranks;
+    sdpa_forward_args a; /* the caller's, in this library's size */
+    size_t es;
+    int64_t n, hq, hkv, dk, dv, nk;
+    int64_t rows;            /* local query rows (Tq_r or Tq) */
+    int64_t tq_total;        /* the whole problem's query rows */
+    int64_t tk_total;        /* the whole problem's keys */
+    bool mask_global;        /* mask/bias columns are global positions */
+    int64_t policy;          /* the caller's SDPA_OPT_EMPTY_ROWS */
+    bool policy_set;         /* ctx's option was changed and must be restored */
+    void *acc_out, *acc_lse; /* [N, Hq, rows, Dv], [N, Hq, rows, 1] */
+    void *part_out, *part_lse; /* the same, one sub-call's result */
+    sdpa_mpi_stats stats;
+} mpi_job;
+
+/* Imports args (struct sizes, attn, stats), checks the features this
+ * library refuses, sets up j (but not the row counts). */
+int mpi_job_start(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm,
+                  const sdpa_mpi_args *args);
+/* mask / bias (name) against [N|1, Hq|1, rows|1, cols|1]: shapes and
+ * non-negative strides (the rest is checked by each sdpa_forward call). */
+int mpi_check_side(const mpi_job *j, const char *name, const sdpa_tensor *t,
+                   int64_t cols);
+/* Allocates and clears the accumulators for j->rows rows (lse -inf) and
+ * sets ctx's empty-row option to ZERO (restored by mpi_job_end). */
+int mpi_job_buffers(mpi_job *j);
+/* Frees what mpi_job_buffers made, restores the option, copies the stats
+ * to the caller's (if any), and clears the message after a success. */
+int mpi_job_end(mpi_job *j, const sdpa_mpi_args *args, int status);
+
+/* Agrees on a status over comm: the lowest failing rank's (with its
+ * message, prefixed with its rank, on every other rank), or SDPA_OK. */
+int mpi_agree(mpi_job *j, int status);
+
+/* Computes, for global query rows [a, e) of segment qs (local tensors of
+ * the caller), the keys [k0, k1) that are local key rows [krow, krow +
+ * k1 - k0) of kt / vt (and mask/bias column `col0` for key k0), and merges
+ * the result into the accumulators. Skips what no row can see; splits the
+ * call where the causal diagonal crosses the block. */
+int mpi_block(mpi_job *j, const mpi_seg *qs, int64_t a, int64_t e,
+              const sdpa_tensor *kt, const sdpa_tensor *vt, int64_t krow,
+              int64_t k0, int64_t k1, int64_t col0);
+
+/* Under the error policy, the first accumulated row without an allowed key
+ * as an SDPA_ERR_FULLY_MASKED_ROW (segments name global positions). */
+int mpi_check_empty(mpi_job *j, const mpi_seg *segs, int nsegs);
+
+/* Writes the accumulators to the caller's out (and lse): a one-part
+ * sdpa_merge, an exact copy. */
+int mpi_write_result(mpi_job *j);
+
+double mpi_now(void);
+
+/* Checked size product: false on overflow. */
+static inline bool mpi_mul_size(size_t a, size_t b, size_t *r)
+{
+    if (a != 0 && b > SIZE_MAX / a)
+        return false;
+    *r = a * b;
+    return true;
+}
+
+/* What each rank tells the others (mpi_exchange): one row of int64. */
+enum {
+    DESC_DTYPE,
+    DESC_CAUSAL,
+    DESC_FLAGS,
+    DESC_N,
+    DESC_HQ,
+    DESC_HKV,
+    DESC_DK,
+    DESC_DV,
+    DESC_NK,
+    DESC_KVLENS, /* 0 without kv_lens, else a hash of the values */
+    DESC_MASK,
+    DESC_BIAS,
+    DESC_SCALE, /* bits of the double */
+    DESC_SOFTCAP,
+    DESC_LAYOUT,
+    DESC_POLICY,
+    DESC_ROWS,  /* query rows of the rank */
+    DESC_KROWS, /* key rows of the rank */
+    DESC_COUNT
+};
+
+/* Gathers every rank's description into table (ranks x DESC_COUNT) and
+ * checks that the fields before DESC_ROWS agree (and DESC_ROWS too when
+ * same_rows). Every rank decides the same from the same table. */
+int mpi_exchange(mpi_job *j, int layout, bool same_rows, int64_t *table);
+
+#endif
