@@ -642,6 +642,71 @@ typedef struct sdpa_merge_args {
  * nothing. */
 SDPA_API int sdpa_merge(sdpa_ctx *ctx, const sdpa_merge_args *args);
 
+/* ------------------------------------------------------------------------ */
+/* The multi-head layer's backward pass (1.1).                               */
+/* ------------------------------------------------------------------------ */
+
+/* Arguments of sdpa_mha_backward; zero-initialise and set struct_size
+ * (SDPA_MHA_BACKWARD_ARGS_INIT). A struct_size below 296 (its first size,
+ * LP64) is SDPA_ERR_STRUCT_SIZE; later releases append fields as for
+ * sdpa_forward_args.
+ *
+ *   forward  the arguments of the forward call (sdpa_mha_args, every rule
+ *            of sdpa_mha_forward): inputs, weights, biases, positions and
+ *            attention options. Its y is not read and its attn outputs
+ *            (weights, lse, max_weight, entropy) are not written.
+ *   dy     [N, 1, Tq, d_model]   input: the gradient of the loss for y
+ *   dx_q   [N, 1, Tq, d_model]   optional output: for x_q; in
+ *                                self-attention (x_kv absent) the whole
+ *                                gradient of x_q, through Q, K and V
+ *   dx_kv  [N, 1, Tk, d_model]   optional output, cross-attention only:
+ *                                for x_kv (through K and V)
+ *   dw_q, dw_k, dw_v, dw_o       optional outputs of the shapes of w_q ..
+ *   db_q, db_k, db_v, db_o       optional outputs of the shapes of b_q ..
+ *                                (also when the forward has no such
+ *                                bias: the gradient at b = 0)
+ *
+ * A NULL (or data NULL) output is not computed: frozen parameters cost
+ * nothing. Every output is overwritten, not accumulated. dy, dx_q and
+ * dx_kv take any row stride (innermost 1), as x_q does. Outputs must not
+ * overlap each other, x_q, x_kv, dy, a weight or a bias
+ * (SDPA_ERR_OVERLAP). */
+typedef struct sdpa_mha_backward_args {
+    size_t struct_size;           /* sizeof(sdpa_mha_backward_args) */
+    const sdpa_mha_args *forward; /* the forward call's arguments */
+    sdpa_tensor dy;               /* input */
+    sdpa_tensor dx_q, dx_kv;      /* optional outputs */
+    void *dw_q, *dw_k, *dw_v, *dw_o;
+    void *db_q, *db_k, *db_v, *db_o;
+} sdpa_mha_backward_args;
+
+#define SDPA_MHA_BACKWARD_ARGS_INIT                                            \
+    {                                                                          \
+        .struct_size = sizeof(sdpa_mha_backward_args)                          \
+    }
+
+/* The gradients of sdpa_mha_forward (1.1). The forward's pieces are
+ * recomputed in the context's layer scratch (the positional table added to
+ * the inputs, Q, K, V, RoPE, the attention's out and lse; nothing is kept
+ * from the forward call), then, with G = dy:
+ *
+ *   dW_O = Oᵀ G, db_O = Σ_rows G, dO = G W_Oᵀ
+ *   dQ, dK, dV = sdpa_backward(Q, K, V, O, lse, dO)  (the attention's
+ *                options; its bias and sinks get no gradient here)
+ *   dQ, dK rotated back by the inverse RoPE rotation (the transpose)
+ *   dW_Q = X~_qᵀ dQ, dW_K = X~_kvᵀ dK, dW_V = X~_kvᵀ dV, db_* = Σ_rows
+ *   dx_q = dQ W_Qᵀ (+ dK W_Kᵀ + dV W_Vᵀ in self-attention),
+ *   dx_kv = dK W_Kᵀ + dV W_Vᵀ
+ *
+ * X~ = X plus the sinusoidal table, whose Jacobian is the identity: the
+ * gradient of x passes through it. Every product is a CBLAS gemm. Every
+ * error, those of the recomputed attention included (a fully masked row,
+ * SDPA_ERR_NONFINITE), is found before any output is written: outputs are
+ * untouched on any error. A repeated call of the same shape allocates
+ * nothing. */
+SDPA_API int sdpa_mha_backward(sdpa_ctx *ctx,
+                               const sdpa_mha_backward_args *args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/alibi.c
     ${CMAKE_CURRENT_LIST_DIR}/positions.c
     ${CMAKE_CURRENT_LIST_DIR}/layer.c
+    ${CMAKE_CURRENT_LIST_DIR}/layer_backward.c
     ${CMAKE_CURRENT_LIST_DIR}/pool.c
     ${CMAKE_CURRENT_LIST_DIR}/blas_threads.c
     ${CMAKE_CURRENT_LIST_DIR}/rows_dispatch.c

@@ -7,6 +7,8 @@
  *                    library's per-row diagnostics (stats.c)
  *   sdpa plan        flops, T×T bytes and libsdpa's workspace of a call,
  *                    and the path AUTO takes (plan.c)
+ *   sdpa experiment scale  the textbook's training experiment on the
+ *                    scale, with sdpa_mha_forward / _backward (experiment.c)
  *   sdpa --version   tool, header and library versions; the row kernel
  *                    (AUTO's pick, or what SDPA_KERNEL forces)
  *   sdpa --help      this list; sdpa help CMD or sdpa CMD --help: CMD's
@@ -17,6 +19,7 @@
  * --help on stdout with status 0, and reports a bad argument in one line on
  * stderr with status 2 (tool.h).
  */
+#include "experiment.h"
 #include "tool.h"
 
 #include <sdpa.h>
@@ -45,6 +48,8 @@ static const struct command commands[] = {
      tool_cmd_stats, tool_usage_stats},
     {"plan", "flops, T x T bytes, libsdpa's workspace and path of a call",
      tool_cmd_plan, tool_usage_plan},
+    {"experiment", "train one attention layer with scale 1/sqrt(dk) and 1",
+     tool_cmd_experiment, tool_usage_experiment},
     {"version", "print the versions and the row kernel in use",
      tool_cmd_version, usage_version},
     {"help", "print this help, or a command's (sdpa help CMD)", tool_cmd_help,

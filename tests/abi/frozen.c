@@ -127,6 +127,10 @@ OFFSET(sdpa_backward_args, struct_size, 0);
 MIN_SIZE(sdpa_backward_args, 952);
 OFFSET(sdpa_merge_args, struct_size, 0);
 MIN_SIZE(sdpa_merge_args, 184);
+OFFSET(sdpa_mha_args, struct_size, 0);
+MIN_SIZE(sdpa_mha_args, 368);
+OFFSET(sdpa_mha_backward_args, struct_size, 0);
+MIN_SIZE(sdpa_mha_backward_args, 296);
 #endif
 
 int main(void)
