@@ -42,9 +42,10 @@
  *     the mask, causality, a window or a -inf bias forbids for all query
  *     rows of every head of a batch item's GQA group (a left-padding mask
  *     is the everyday case). A key forbidden for some rows but allowed for
- * others is read; its V row is multiplied by a weight of exactly 0 for the rows
- * that do not see it, so a NaN or infinity there can still turn those rows'
- * outputs to NaN: keep V finite where any row may look.
+ *     others is read: its V row is multiplied by a weight of exactly 0 for
+ *     the rows that do not see it, so a NaN or infinity there reaches those
+ *     rows too, and the call fails with SDPA_ERR_NONFINITE: keep V finite
+ *     where any row may look.
  *  6. mask and bias broadcast over every dimension, keys included: a
  *     dimension of extent 1, or of stride 0, is broadcast. They are never
  *     BLAS operands, so any non-negative stride is accepted on every
@@ -57,9 +58,12 @@
  * computation starts, the caller's output buffers are untouched. The one
  * status that can only be detected during the computation is
  * SDPA_ERR_NONFINITE (a logit that is NaN or +inf, i.e. NaN/inf input or
- * overflow; or a row whose allowed logits all overflow to -inf, which
- * under SDPA_EMPTY_ROWS_ZERO is a zero row instead); after it the output
- * buffers hold unspecified values.
+ * overflow; a row whose allowed logits all overflow to -inf, which under
+ * SDPA_EMPTY_ROWS_ZERO is a zero row instead; or an output that is not
+ * finite: a NaN/inf in a V row that is read, or V values so near the
+ * dtype's maximum that Σ_j e^{s_j - m} v_j overflows before the division
+ * by the row sum); after it the output buffers hold unspecified values. A
+ * call never returns SDPA_OK with a NaN or infinite output.
  * sdpa_ctx_last_error() says what went wrong and where.
  *
  * Threads. A context is used by one thread at a time; any number of contexts

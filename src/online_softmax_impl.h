@@ -223,8 +223,18 @@ int NAME(sdpa_finish_row)(const sdpa_problem *p, int64_t b, int64_t h,
     NAME(sdpa_store_diagnostics)(p, b, h, i, l, e);
     if (l > 0) {
         T inv = 1 / l;
-        for (int64_t d = 0; d < p->dim_v; d++)
+        bool finite = true;
+        for (int64_t d = 0; d < p->dim_v; d++) {
             out[d] = acc[d] * inv;
+            finite &= isfinite(out[d]) != 0;
+        }
+        /* a non-finite value in a V row read (at an allowed key, or beside
+         * one), or sums of values near the dtype's maximum that overflow
+         * before the division by l: an error, never a silent inf or NaN */
+        if (!finite) {
+            *where = (sdpa_where){b, h, i};
+            return SDPA_ERR_NONFINITE;
+        }
         if (p->lse.data) /* a log per row costs about 1 % on shape C */
             lse = m + (T)log((double)l);
     } else {

@@ -208,6 +208,14 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
                 o[d] = 0; /* an empty row, without reading P or V */
         else if (inv_sum[r] != 1)
             rk->scale(o, p->dim_v, inv_sum[r]);
+        /* a non-finite value in a V row read, or sums of values near the
+         * dtype's maximum that overflow before the division: an error,
+         * never a silent inf or NaN */
+        for (int64_t d = 0; d < p->dim_v; d++)
+            if (!isfinite(o[d])) {
+                *where = (sdpa_where){b, h, i0 + r};
+                return SDPA_ERR_NONFINITE;
+            }
     }
     return SDPA_OK;
 }

@@ -363,6 +363,20 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
                          "sdpa_forward: scale %g is beyond the float32 range "
                          "(FLT_MAX = %g) of this float32 call",
                          args->scale, (double)FLT_MAX);
+    /* ... and a positive value that rounds to 0 in float would be no scale
+     * (a BLAS alpha of 0 reads neither q nor k) or a division by 0. */
+    if (args->dtype == SDPA_FLOAT32 && args->scale > 0 &&
+        (float)args->scale == 0.0f)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
+                         "sdpa_forward: scale %g rounds to 0 in this float32 "
+                         "call",
+                         args->scale);
+    if (args->dtype == SDPA_FLOAT32 && args->softcap > 0 &&
+        (float)args->softcap == 0.0f)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
+                         "sdpa_forward: softcap %g rounds to 0 in this float32 "
+                         "call",
+                         args->softcap);
     if (args->dtype == SDPA_FLOAT32 && args->softcap > FLT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
                          "sdpa_forward: softcap %g is beyond the float32 "

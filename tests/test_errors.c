@@ -658,7 +658,11 @@ static void test_bad_scale(void **state)
     CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = -INFINITY);
     CASE(SDPA_ERR_BAD_SCALE, NEEDLES("scale"), f->a.scale = -1e-300);
     CASE(SDPA_OK, NULL, f->a.scale = 1.0);
-    CASE(SDPA_OK, NULL, f->a.scale = 1e-300);
+    /* Positive but below what float32 holds: rounds to 0 there (the fuzzer's
+     * finding F1: a BLAS alpha of 0 never read q and k). */
+    CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_SCALE : SDPA_OK,
+         NEEDLES("scale", "float32"), f->a.scale = 1e-300);
+    CASE(SDPA_OK, NULL, f->a.scale = 1e-40); /* a float subnormal */
     /* Finite doubles beyond the compute type: float32 cannot hold them. */
     CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_SCALE : SDPA_OK,
          NEEDLES("scale", "float32"), f->a.scale = 1e39);
@@ -675,6 +679,8 @@ static void test_bad_softcap(void **state)
     CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_SOFTCAP : SDPA_OK,
          NEEDLES("softcap", "float32"), f->a.softcap = 1e300);
     CASE(SDPA_OK, NULL, f->a.softcap = FLT_MAX);
+    CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_SOFTCAP : SDPA_OK,
+         NEEDLES("softcap", "float32"), f->a.softcap = 1e-300);
 }
 
 static void test_head_grouping(void **state)
@@ -943,6 +949,73 @@ static void test_nonfinite(void **state)
         tbuf *t = inputs(f, i);
         assert_memory_equal(f->in_copy[i], t->mem, t->elems * t->esize);
     }
+}
+
+/* Outputs that would not be finite are an error, never a silent inf or
+ * NaN (the fuzzer's finding F2): V values near the dtype's maximum whose
+ * unnormalised sums overflow before the division by the row sum, and a NaN
+ * in a V row that is read; on every path. Values at max / (2·Tk) are
+ * fine. */
+static void test_nonfinite_outputs(void **state)
+{
+    fx *f = *state;
+    const int dt = f->dtype;
+    const double huge = dt == SDPA_FLOAT32 ? 3e38 : 1.7e308;
+    enum { TQ4 = 4, TK12 = 12 };
+    double q[TQ4], k[TK12];
+    for (int i = 0; i < TQ4; ++i)
+        q[i] = 0.1 * i;
+    for (int j = 0; j < TK12; ++j)
+        k[j] = 0.05 * j;
+    for (int variant = 0; variant < 3; ++variant)
+        for (int path = SDPA_PATH_MATERIALISED; path <= SDPA_PATH_DECODE;
+             ++path) {
+            tbuf tq, tk, tv, to;
+            tbuf_make(&tq, dt, 1, 1, TQ4, 1, LAYOUT_BHTD, 0);
+            tbuf_make(&tk, dt, 1, 1, TK12, 1, LAYOUT_BHTD, 0);
+            tbuf_make(&tv, dt, 1, 1, TK12, 1, LAYOUT_BHTD, 0);
+            tbuf_make(&to, dt, 1, 1, TQ4, 1, LAYOUT_BHTD, 0);
+            for (int i = 0; i < TQ4; ++i)
+                tset(&tq, 0, 0, i, 0, q[i]);
+            for (int j = 0; j < TK12; ++j) {
+                tset(&tk, 0, 0, j, 0, k[j]);
+                tset(&tv, 0, 0, j, 0, variant == 2 ? huge / (2 * TK12) : 1.0);
+            }
+            if (variant == 0) { /* two values near the maximum */
+                tset(&tv, 0, 0, 3, 0, huge);
+                tset(&tv, 0, 0, 7, 0, huge);
+            } else if (variant == 1) { /* NaN at a key every row sees */
+                tset(&tv, 0, 0, 5, 0, NAN);
+            }
+            sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+            a.dtype = dt;
+            a.q = tq.t;
+            a.k = tk.t;
+            a.v = tv.t;
+            a.out = to.t;
+            assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, path),
+                             SDPA_OK);
+            int st = sdpa_forward(f->ctx, &a);
+            if (variant < 2) {
+                assert_int_equal(st, SDPA_ERR_NONFINITE);
+                check_message_any(sdpa_ctx_last_error(f->ctx), "nonfinite",
+                                  NEEDLES("NaN or infinite"));
+            } else {
+                assert_int_equal(st, SDPA_OK);
+                for (int i = 0; i < TQ4; ++i) {
+                    double o = tget(&to, 0, 0, i, 0);
+                    assert_true(isfinite(o));
+                    assert_true(fabs(o - huge / (2 * TK12)) <=
+                                1e-5 * huge / (2 * TK12));
+                }
+            }
+            tbuf_free(&tq);
+            tbuf_free(&tk);
+            tbuf_free(&tv);
+            tbuf_free(&to);
+        }
+    assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, SDPA_PATH_AUTO),
+                     SDPA_OK);
 }
 
 static void test_out_of_memory(void **state)
@@ -1309,6 +1382,7 @@ int main(void)
         cmocka_unit_test(test_option_defaults),
         BOTH(test_fully_masked_row),
         BOTH(test_nonfinite),
+        BOTH(test_nonfinite_outputs),
         BOTH(test_out_of_memory),
         BOTH(test_out_of_memory_every_allocation),
         BOTH(test_unsupported),
