@@ -22,49 +22,14 @@
  * Scratch is one buffer (ctx->layer) that only grows: a repeated call of
  * the same shape allocates nothing, and neither does sdpa_forward then.
  */
-#include "internal.h"
+#include "layer_common.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
 
-/* The frozen version-1 size of sdpa_mha_args (1.1's sizeof on LP64). */
-#define SDPA_MHA_ARGS_SIZE_V1 ((size_t)368)
-_Static_assert(sizeof(sdpa_mha_args) >= SDPA_MHA_ARGS_SIZE_V1,
-               "sdpa_mha_args only grows");
-
-/* N · len rows of a matrix: row (b, t) starts at element b·s0 + t·s2. */
-typedef struct layer_rows {
-    char *data;
-    int64_t n, len, s0, s2;
-} layer_rows;
-
-/* Are the rows evenly spaced, as one matrix of n · len rows of `width`
- * elements with a leading dimension BLAS takes? Sets *ld. */
-static bool layer_uniform(const layer_rows *m, int64_t width, int64_t *ld)
-{
-    int64_t step;
-    if (m->n == 1)
-        step = m->len > 1 ? m->s2 : width;
-    else if (m->len == 1)
-        step = m->s0;
-    else if (m->s0 == m->len * m->s2)
-        step = m->s2;
-    else
-        return false;
-    if (step < width || step > INT_MAX || m->n * m->len > INT_MAX)
-        return false;
-    *ld = step;
-    return true;
-}
-
-/* The leading dimension of one batch item's rows (validated: <= INT_MAX,
- * and >= width when there is more than one row). */
-static int64_t layer_item_ld(const layer_rows *m, int64_t width)
-{
-    return m->len > 1 ? m->s2 : width;
-}
+#define WHO "sdpa_mha_forward: "
 
 /* Defines (greppable names of what NAME() pastes together):
  *   gemm_rows_f32        gemm_rows_f64        (static)
@@ -82,6 +47,7 @@ typedef struct layer_plan {
     const int64_t *pos_q, *pos_kv;
     int64_t n, tq, tk, e, hq, hkv, dk, dv;
     layer_rows x_q, x_kv, y; /* x_kv is x_q in self-attention */
+    layer_range y_bytes;
     bool self;
     const void *w_q, *w_k, *w_v, *w_o, *b_q, *b_k, *b_v, *b_o;
     sdpa_forward_args attn; /* the caller's options; q, k, v, out unset */
@@ -91,29 +57,10 @@ typedef struct layer_plan {
     size_t bytes;
 } layer_plan;
 
-/* A byte range [begin, end) of an argument, for the overlap rules. */
-typedef struct range {
-    const char *name;
-    uintptr_t begin, end;
-} range;
-
-static bool ranges_meet(const range *a, const range *b)
-{
-    return a->begin < b->end && b->begin < a->end;
-}
-
-/* The range of a [n, 1, len, e] layer tensor (validated) or of a matrix. */
-static range rows_range(const char *name, const layer_rows *m, int64_t e,
-                        size_t esize)
-{
-    size_t last = (size_t)((m->n - 1) * m->s0 + (m->len - 1) * m->s2 + e);
-    return (range){name, (uintptr_t)m->data, (uintptr_t)m->data + last * esize};
-}
-
 /* The range of an optional output of attn, when it is well formed (one
  * that is not is refused by sdpa_forward before anything is written). */
 static bool tensor_range(const char *name, const sdpa_tensor *t, size_t esize,
-                         range *r)
+                         layer_range *r)
 {
     if (!t->data)
         return false;
@@ -127,113 +74,38 @@ static bool tensor_range(const char *name, const sdpa_tensor *t, size_t esize,
     if (!sdpa_mul_size(span, esize, &span) ||
         (uintptr_t)t->data > UINTPTR_MAX - span)
         return false;
-    *r = (range){name, (uintptr_t)t->data, (uintptr_t)t->data + span};
+    *r = (layer_range){name, (uintptr_t)t->data, (uintptr_t)t->data + span};
     return true;
 }
 
-/* Would an output of n items of len rows of e elements (strides s0, s2,
- * 1) write an element twice? Sorted by stride, each dimension must step
- * past what the inner ones cover (sdpa_forward's rule for its outputs). */
-static bool rows_write_twice(int64_t n, int64_t s0, int64_t len, int64_t s2,
-                             int64_t e)
-{
-    int64_t ext[2] = {len, n}, step[2] = {s2, s0};
-    if (s0 < s2) {
-        ext[0] = n, ext[1] = len;
-        step[0] = s0, step[1] = s2;
-    }
-    int64_t covered = e - 1;
-    for (int i = 0; i < 2; i++) {
-        if (ext[i] == 1)
-            continue;
-        if (step[i] <= covered)
-            return true;
-        if (ext[i] - 1 > (INT64_MAX - covered) / step[i])
-            return false; /* too large to overlap: caught as overflow */
-        covered += (ext[i] - 1) * step[i];
-    }
-    return false;
-}
-
-/* Checks one of x_q, x_kv, y ([N, 1, T, d_model]) and fills *rows. The
- * rules of sdpa_forward's tensors: positive extents, strides >= 0 with the
- * innermost 1 and rows no closer than their length, and an output that
- * writes no element twice. */
+/* Checks one of x_q, x_kv, y ([N, 1, T, d_model]) and fills *rows and
+ * *r (its bytes). The rules of sdpa_forward's tensors: positive extents,
+ * strides >= 0 with the innermost 1 and rows no closer than their length,
+ * and an output that writes no element twice. */
 static int check_rows(sdpa_ctx *ctx, const char *name, const sdpa_tensor *t,
                       int64_t n, int64_t e, bool output, size_t esize,
-                      layer_rows *rows)
+                      layer_rows *rows, layer_range *r)
 {
-    for (int d = 0; d < 4; d++)
-        if (t->shape[d] <= 0)
-            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
-                             "sdpa_mha_forward: %s.shape[%d] is %lld, must "
-                             "be positive",
-                             name, d, (long long)t->shape[d]);
-    if (t->shape[1] != 1)
-        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                         "sdpa_mha_forward: %s.shape[1] is %lld, must be 1 "
-                         "(the layer's tensors are [N, 1, T, d_model])",
-                         name, (long long)t->shape[1]);
+    int status = sdpa_layer_check_shape(ctx, WHO, name, t);
+    if (status != SDPA_OK)
+        return status;
     if (t->shape[0] != n || t->shape[3] != e)
         return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                         "sdpa_mha_forward: %s is [%lld, 1, %lld, %lld], but "
-                         "x_q has N = %lld and d_model = %lld: they must "
-                         "agree",
+                         WHO "%s is [%lld, 1, %lld, %lld], but x_q has N = "
+                             "%lld and d_model = %lld: they must agree",
                          name, (long long)t->shape[0], (long long)t->shape[2],
                          (long long)t->shape[3], (long long)n, (long long)e);
-    const int64_t len = t->shape[2];
-    int64_t s0 = n > 1 ? t->stride[0] : 0, s2 = len > 1 ? t->stride[2] : 0;
-    if (s0 < 0 || s2 < 0 || t->stride[3] < 0)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_mha_forward: %s has a negative stride", name);
-    if (e > 1 && t->stride[3] != 1)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_mha_forward: %s.stride[3] is %lld, the "
-                         "innermost stride must be 1",
-                         name, (long long)t->stride[3]);
-    if (len > 1 && s2 < e)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_mha_forward: %s.stride[2] is %lld, below the "
-                         "row length d_model = %lld",
-                         name, (long long)s2, (long long)e);
-    if (output && rows_write_twice(n, s0, len, s2, e))
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_mha_forward: output %s has strides {%lld, "
-                         "%lld} over items and tokens: its rows overlap",
-                         name, (long long)t->stride[0],
-                         (long long)t->stride[2]);
-    size_t span, step;
-    if (!sdpa_mul_size((size_t)(n - 1), (size_t)s0, &span) ||
-        !sdpa_mul_size((size_t)(len - 1), (size_t)s2, &step) ||
-        !sdpa_add_size(span, step, &span) ||
-        !sdpa_add_size(span, (size_t)e, &span) ||
-        !sdpa_mul_size(span, esize, &span) || span > PTRDIFF_MAX ||
-        (uintptr_t)t->data > UINTPTR_MAX - span)
+    layer_rows checked;
+    status = sdpa_layer_check_strides(ctx, WHO, name, t, n, e, output, esize,
+                                      &checked, r);
+    if (status != SDPA_OK)
+        return status;
+    if (checked.s2 > INT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_mha_forward: the extent of %s overflows the "
-                         "address space",
-                         name);
-    if (s2 > INT_MAX)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_mha_forward: %s.stride[2] is above the BLAS "
-                         "int limit %d",
+                         WHO "%s.stride[2] is above the BLAS int limit %d",
                          name, INT_MAX);
-    *rows = (layer_rows){t->data, n, len, s0, s2};
+    *rows = checked;
     return SDPA_OK;
-}
-
-/* Reserves `count` elements of `size` bytes at *total (64-byte aligned)
- * and returns their offset; SIZE_MAX with *ok = false on overflow. */
-static size_t take(size_t *total, size_t count, size_t size, bool *ok)
-{
-    size_t bytes, at = *total;
-    if (!sdpa_mul_size(count, size, &bytes) ||
-        !sdpa_add_size(bytes, SDPA_ALIGN - 1, &bytes) ||
-        !sdpa_add_size(at, bytes / SDPA_ALIGN * SDPA_ALIGN, total)) {
-        *ok = false;
-        return SIZE_MAX;
-    }
-    return at;
 }
 
 static const char *pos_name(int positions)
@@ -254,16 +126,9 @@ static int check_positions(sdpa_ctx *ctx, const sdpa_mha_args *a,
                          "sdpa_mha_forward: positions is %d, not an "
                          "SDPA_POS_* value",
                          a->positions);
-    if (a->positions == SDPA_POS_NONE &&
-        (a->pos_base != 0 || a->pos_offset != 0 || a->pos_q || a->pos_kv))
-        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                         "sdpa_mha_forward: pos_base, pos_offset, pos_q or "
-                         "pos_kv is set, but positions is SDPA_POS_NONE");
-    if (!(isfinite(a->pos_base) && a->pos_base >= 0))
-        return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
-                         "sdpa_mha_forward: pos_base %g must be finite and "
-                         "positive (0 selects 10000)",
-                         a->pos_base);
+    int status = sdpa_layer_check_pos_values(ctx, WHO, a);
+    if (status != SDPA_OK)
+        return status;
     if (lp->self && a->pos_kv)
         return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
                          "sdpa_mha_forward: pos_kv is set in self-attention "
@@ -276,12 +141,10 @@ static int check_positions(sdpa_ctx *ctx, const sdpa_mha_args *a,
                          "sdpa_mha_forward: %s rotates pairs, but dim_k is "
                          "%lld, odd",
                          pos_name(a->positions), (long long)lp->dk);
-    int64_t longest = lp->tq > lp->tk ? lp->tq : lp->tk;
-    if (a->pos_offset > 0 && longest - 1 > INT64_MAX - a->pos_offset)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_mha_forward: pos_offset %lld + %lld tokens "
-                         "overflows int64",
-                         (long long)a->pos_offset, (long long)longest);
+    status =
+        sdpa_layer_check_pos_offset(ctx, WHO, a->pos_offset, lp->tq, lp->tk);
+    if (status != SDPA_OK)
+        return status;
     lp->positions = a->positions;
     lp->base = a->pos_base;
     lp->offset = a->pos_offset;
@@ -294,39 +157,9 @@ static int check_positions(sdpa_ctx *ctx, const sdpa_mha_args *a,
  * knows it, without the tensors the layer makes. */
 static int check_attn(sdpa_ctx *ctx, const sdpa_mha_args *a, layer_plan *lp)
 {
-    sdpa_forward_args *f = &lp->attn;
-    if (a->attn) {
-        int imported =
-            sdpa_struct_import(ctx, "sdpa_mha_forward: attn", a->attn,
-                               SDPA_ARGS_SIZE_V1, f, sizeof *f);
-        if (imported != SDPA_OK)
-            return imported;
-    } else {
-        memset(f, 0, sizeof *f);
-    }
-    const struct {
-        const char *name;
-        const sdpa_tensor *t;
-    } made[] = {{"q", &f->q},
-                {"k", &f->k},
-                {"v", &f->v},
-                {"out", &f->out},
-                {"logits", &f->logits}};
-    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++)
-        if (made[i].t->data)
-            return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                             "sdpa_mha_forward: attn->%s is set, but the "
-                             "layer makes q, k, v and out itself (and has "
-                             "no logits output): leave them absent",
-                             made[i].name);
-    if (f->dtype != 0 && f->dtype != lp->dtype)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         "sdpa_mha_forward: attn->dtype is %d, but dtype is "
-                         "%d (leave attn->dtype 0 or the same)",
-                         f->dtype, lp->dtype);
-    f->struct_size = sizeof *f;
-    f->dtype = lp->dtype;
-    return SDPA_OK;
+    return sdpa_layer_import_attn(ctx, WHO, "attn", a->attn, lp->dtype,
+                                  " (leave attn->dtype 0 or the same)",
+                                  &lp->attn);
 }
 
 /* No output may meet a weight or a bias, and y may not meet an output of
@@ -348,25 +181,20 @@ static int check_overlaps(sdpa_ctx *ctx, const layer_plan *lp)
                   {"b_q", lp->b_q, wq, 1}, {"b_k", lp->b_k, wk, 1},
                   {"b_v", lp->b_v, wv, 1}, {"b_o", lp->b_o, e, 1}};
     enum { PARAMS = sizeof params / sizeof params[0] };
-    range in[PARAMS];
+    layer_range in[PARAMS];
     int n_in = 0;
     for (int i = 0; i < PARAMS; i++) {
-        size_t bytes;
         if (!params[i].p)
             continue;
-        if (!sdpa_mul_size(params[i].elems, params[i].times, &bytes) ||
-            !sdpa_mul_size(bytes, es, &bytes) ||
-            (uintptr_t)params[i].p > UINTPTR_MAX - bytes)
-            return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                             "sdpa_mha_forward: the extent of %s overflows "
-                             "the address space",
-                             params[i].name);
-        in[n_in++] = (range){params[i].name, (uintptr_t)params[i].p,
-                             (uintptr_t)params[i].p + bytes};
+        int status = sdpa_layer_param_range(ctx, WHO, params[i].name,
+                                            params[i].p, params[i].elems,
+                                            params[i].times, es, &in[n_in++]);
+        if (status != SDPA_OK)
+            return status;
     }
-    range out[5];
+    layer_range out[5];
     int n_out = 0;
-    out[n_out++] = rows_range("y", &lp->y, lp->e, es);
+    out[n_out++] = lp->y_bytes;
     const sdpa_forward_args *f = &lp->attn;
     n_out += tensor_range("attn->weights", &f->weights, es, &out[n_out]);
     n_out += tensor_range("attn->lse", &f->lse, es, &out[n_out]);
@@ -374,12 +202,12 @@ static int check_overlaps(sdpa_ctx *ctx, const layer_plan *lp)
     n_out += tensor_range("attn->entropy", &f->entropy, es, &out[n_out]);
     for (int o = 0; o < n_out; o++) {
         for (int i = 0; i < n_in; i++)
-            if (ranges_meet(&out[o], &in[i]))
+            if (sdpa_layer_ranges_meet(&out[o], &in[i]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
                                  "sdpa_mha_forward: output %s overlaps the "
                                  "parameter %s",
                                  out[o].name, in[i].name);
-        if (o > 0 && ranges_meet(&out[o], &out[0]))
+        if (o > 0 && sdpa_layer_ranges_meet(&out[o], &out[0]))
             return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
                              "sdpa_mha_forward: output %s overlaps output y",
                              out[o].name);
@@ -402,19 +230,19 @@ static int place_scratch(sdpa_ctx *ctx, layer_plan *lp)
     lp->off_xq = lp->off_xkv = SIZE_MAX;
     /* RoPE at pos_offset + t: the positions written out */
     if (rope && !lp->pos_q && lp->offset != 0)
-        lp->off_pq = take(&total, rows_q, sizeof(int64_t), &ok);
+        lp->off_pq = sdpa_layer_take(&total, rows_q, sizeof(int64_t), &ok);
     if (rope && !lp->self && !lp->pos_kv && lp->offset != 0)
-        lp->off_pk = take(&total, rows_k, sizeof(int64_t), &ok);
+        lp->off_pk = sdpa_layer_take(&total, rows_k, sizeof(int64_t), &ok);
     if (sinusoidal) {
         size_t longest = (size_t)(lp->tq > lp->tk ? lp->tq : lp->tk);
         size_t e = (size_t)lp->e, table = 0;
         ok = ok && sdpa_mul_size(longest, e, &table);
-        lp->off_table = take(&total, table, es, &ok);
+        lp->off_table = sdpa_layer_take(&total, table, es, &ok);
         ok = ok && sdpa_mul_size(rows_q, e, &table);
-        lp->off_xq = take(&total, table, es, &ok);
+        lp->off_xq = sdpa_layer_take(&total, table, es, &ok);
         if (!lp->self) {
             ok = ok && sdpa_mul_size(rows_k, e, &table);
-            lp->off_xkv = take(&total, table, es, &ok);
+            lp->off_xkv = sdpa_layer_take(&total, table, es, &ok);
         }
     }
     size_t wq = (size_t)(lp->hq * lp->dk), wk = (size_t)(lp->hkv * lp->dk);
@@ -424,10 +252,10 @@ static int place_scratch(sdpa_ctx *ctx, layer_plan *lp)
          sdpa_mul_size(rows_k, wk, &count[1]) &&
          sdpa_mul_size(rows_k, wv, &count[2]) &&
          sdpa_mul_size(rows_q, wo, &count[3]);
-    lp->off_q = take(&total, ok ? count[0] : 0, es, &ok);
-    lp->off_k = take(&total, ok ? count[1] : 0, es, &ok);
-    lp->off_v = take(&total, ok ? count[2] : 0, es, &ok);
-    lp->off_o = take(&total, ok ? count[3] : 0, es, &ok);
+    lp->off_q = sdpa_layer_take(&total, ok ? count[0] : 0, es, &ok);
+    lp->off_k = sdpa_layer_take(&total, ok ? count[1] : 0, es, &ok);
+    lp->off_v = sdpa_layer_take(&total, ok ? count[2] : 0, es, &ok);
+    lp->off_o = sdpa_layer_take(&total, ok ? count[3] : 0, es, &ok);
     if (!ok || total > PTRDIFF_MAX)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
                          "sdpa_mha_forward: the layer's scratch (projections "
@@ -465,42 +293,17 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_args *caller, layer_plan *lp)
 
     /* x_q fixes N, Tq and d_model; the heads fix the widths. */
     const int64_t n = a.x_q.shape[0], e = a.x_q.shape[3];
-    status = check_rows(ctx, "x_q", &a.x_q, n, e, false, lp->esize, &lp->x_q);
+    layer_range in_bytes; /* of x_q and x_kv: not needed */
+    status = check_rows(ctx, "x_q", &a.x_q, n, e, false, lp->esize, &lp->x_q,
+                        &in_bytes);
     if (status != SDPA_OK)
         return status;
-    const struct {
-        const char *name;
-        int64_t value;
-    } counts[] = {{"heads_q", a.heads_q},
-                  {"heads_kv", a.heads_kv},
-                  {"dim_k", a.dim_k},
-                  {"dim_v", a.dim_v}};
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-        if (counts[i].value < 0 || (i == 0 && counts[i].value == 0))
-            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
-                             "sdpa_mha_forward: %s is %lld, must be %s",
-                             counts[i].name, (long long)counts[i].value,
-                             i == 0 ? "positive" : "positive (or 0: default)");
-    const int64_t hq = a.heads_q, hkv = a.heads_kv ? a.heads_kv : hq;
-    if (hq % hkv != 0)
-        return sdpa_fail(ctx, SDPA_ERR_HEAD_GROUPING,
-                         "sdpa_mha_forward: heads_q %lld is not a multiple "
-                         "of heads_kv %lld",
-                         (long long)hq, (long long)hkv);
-    if (a.dim_k == 0 && e % hq != 0)
-        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                         "sdpa_mha_forward: dim_k is 0 (d_model / heads_q), "
-                         "but d_model %lld is not a multiple of heads_q %lld",
-                         (long long)e, (long long)hq);
-    const int64_t dk = a.dim_k ? a.dim_k : e / hq;
-    const int64_t dv = a.dim_v ? a.dim_v : dk;
-    /* every gemm dimension and row count within BLAS's int */
+    int64_t hq, hkv, dk, dv;
+    status =
+        sdpa_layer_check_heads(ctx, WHO, "", &a, n, e, &hq, &hkv, &dk, &dv);
+    if (status != SDPA_OK)
+        return status;
     const int64_t limit = INT_MAX;
-    if (e > limit || hq > limit / dk || hq > limit / dv || n > limit)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_mha_forward: d_model, heads_q · dim_k or "
-                         "heads_q · dim_v is above the BLAS int limit %d",
-                         INT_MAX);
     lp->n = n;
     lp->e = e;
     lp->hq = hq;
@@ -512,8 +315,8 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_args *caller, layer_plan *lp)
     if (lp->self) {
         lp->x_kv = lp->x_q;
     } else {
-        status =
-            check_rows(ctx, "x_kv", &a.x_kv, n, e, false, lp->esize, &lp->x_kv);
+        status = check_rows(ctx, "x_kv", &a.x_kv, n, e, false, lp->esize,
+                            &lp->x_kv, &in_bytes);
         if (status != SDPA_OK)
             return status;
     }
@@ -523,7 +326,8 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_args *caller, layer_plan *lp)
                          "sdpa_mha_forward: N · Tq or N · Tk is above the "
                          "BLAS int limit %d",
                          INT_MAX);
-    status = check_rows(ctx, "y", &a.y, n, e, true, lp->esize, &lp->y);
+    status =
+        check_rows(ctx, "y", &a.y, n, e, true, lp->esize, &lp->y, &lp->y_bytes);
     if (status == SDPA_OK && a.y.shape[2] != lp->tq)
         status = sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
                            "sdpa_mha_forward: y.shape[2] is %lld, but "
@@ -541,24 +345,6 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_args *caller, layer_plan *lp)
     if (status != SDPA_OK)
         return status;
     return place_scratch(ctx, lp);
-}
-
-/* A contiguous [N, len, width] buffer of the scratch as layer rows. */
-static layer_rows scratch_rows(char *scratch, size_t offset, int64_t n,
-                               int64_t len, int64_t width)
-{
-    return (layer_rows){scratch + offset, n, len, len * width, width};
-}
-
-/* positions[b · len + t] = offset + t. */
-static int64_t *fill_positions(char *scratch, size_t at, int64_t n, int64_t len,
-                               int64_t offset)
-{
-    int64_t *p = (int64_t *)(void *)(scratch + at);
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t t = 0; t < len; t++)
-            p[b * len + t] = offset + t;
-    return p;
 }
 
 int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
@@ -586,7 +372,8 @@ int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
     layer_rows xq = lp.x_q, xkv = lp.x_kv;
     if (lp.positions == SDPA_POS_SINUSOIDAL) {
         void *table = scratch + lp.off_table;
-        layer_rows sq = scratch_rows(scratch, lp.off_xq, lp.n, lp.tq, lp.e);
+        layer_rows sq =
+            sdpa_layer_scratch_rows(scratch, lp.off_xq, lp.n, lp.tq, lp.e);
         if (f32)
             add_sinusoidal_f32(&xq, lp.e, lp.pos_q, lp.offset, lp.base, table,
                                (float *)(void *)sq.data);
@@ -598,7 +385,7 @@ int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
             xkv = sq;
         } else {
             layer_rows sk =
-                scratch_rows(scratch, lp.off_xkv, lp.n, lp.tk, lp.e);
+                sdpa_layer_scratch_rows(scratch, lp.off_xkv, lp.n, lp.tk, lp.e);
             if (f32)
                 add_sinusoidal_f32(&xkv, lp.e, lp.pos_kv, lp.offset, lp.base,
                                    table, (float *)(void *)sk.data);
@@ -612,10 +399,10 @@ int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
     /* 2. the projections, [N, T, H·d] each */
     const int64_t wq = lp.hq * lp.dk, wk = lp.hkv * lp.dk;
     const int64_t wv = lp.hkv * lp.dv, wo = lp.hq * lp.dv;
-    layer_rows q = scratch_rows(scratch, lp.off_q, lp.n, lp.tq, wq);
-    layer_rows k = scratch_rows(scratch, lp.off_k, lp.n, lp.tk, wk);
-    layer_rows v = scratch_rows(scratch, lp.off_v, lp.n, lp.tk, wv);
-    layer_rows o = scratch_rows(scratch, lp.off_o, lp.n, lp.tq, wo);
+    layer_rows q = sdpa_layer_scratch_rows(scratch, lp.off_q, lp.n, lp.tq, wq);
+    layer_rows k = sdpa_layer_scratch_rows(scratch, lp.off_k, lp.n, lp.tk, wk);
+    layer_rows v = sdpa_layer_scratch_rows(scratch, lp.off_v, lp.n, lp.tk, wv);
+    layer_rows o = sdpa_layer_scratch_rows(scratch, lp.off_o, lp.n, lp.tq, wo);
     if (f32) {
         gemm_rows_f32(&xq, lp.e, lp.w_q, wq, lp.b_q, &q);
         gemm_rows_f32(&xkv, lp.e, lp.w_k, wk, lp.b_k, &k);
@@ -635,11 +422,13 @@ int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
                                                        : SDPA_ROPE_INTERLEAVED;
         const int64_t *pq = lp.pos_q, *pk = lp.pos_kv;
         if (lp.off_pq != SIZE_MAX)
-            pq = fill_positions(scratch, lp.off_pq, lp.n, lp.tq, lp.offset);
+            pq = sdpa_layer_fill_positions(scratch, lp.off_pq, lp.n, lp.tq,
+                                           lp.offset, 1);
         if (lp.self)
             pk = pq;
         else if (lp.off_pk != SIZE_MAX)
-            pk = fill_positions(scratch, lp.off_pk, lp.n, lp.tk, lp.offset);
+            pk = sdpa_layer_fill_positions(scratch, lp.off_pk, lp.n, lp.tk,
+                                           lp.offset, 1);
         (void)sdpa_rope_apply(lp.dtype, q_view, pq, style, lp.base, 0);
         (void)sdpa_rope_apply(lp.dtype, k_view, pk, style, lp.base, 0);
     }
@@ -651,11 +440,8 @@ int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
     f->v = sdpa_tensor_bthd(v.data, lp.n, lp.hkv, lp.tk, lp.dv);
     f->out = sdpa_tensor_bthd(o.data, lp.n, lp.hq, lp.tq, lp.dv);
     status = sdpa_forward(ctx, f);
-    if (status != SDPA_OK) {
-        char why[sizeof ctx->message];
-        memcpy(why, ctx->message, sizeof why);
-        return sdpa_fail(ctx, status, "sdpa_mha_forward: attention: %s", why);
-    }
+    if (status != SDPA_OK)
+        return sdpa_layer_attention_failed(ctx, WHO, status);
 
     /* 5. y = O W_O (+ b_O): the first and only write to y */
     if (f32)

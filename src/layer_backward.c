@@ -37,58 +37,22 @@
  * the same shape allocates nothing.
  *
  * The validation of the forward's arguments follows layer.c's rules and
- * messages (their helpers are static there; the layer_rows helpers below
- * are the same as layer.c's, which layer_impl.h needs).
+ * messages, through the helpers both share (layer_common.h).
  */
-#include "internal.h"
+#include "layer_common.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
 
-/* The frozen version-1 sizes (1.1's sizeof on LP64) of this call's args
- * and of sdpa_mha_args (as layer.c freezes it). */
+/* The frozen version-1 size of this call's args (1.1's sizeof on LP64);
+ * sdpa_mha_args's is SDPA_MHA_ARGS_SIZE_V1 (layer_common.h). */
 #define SDPA_MHA_BACKWARD_ARGS_SIZE_V1 ((size_t)296)
-#define LAYER_ARGS_SIZE_V1 ((size_t)368)
 _Static_assert(sizeof(sdpa_mha_backward_args) >= SDPA_MHA_BACKWARD_ARGS_SIZE_V1,
                "sdpa_mha_backward_args only grows");
-_Static_assert(sizeof(sdpa_mha_args) >= LAYER_ARGS_SIZE_V1,
-               "sdpa_mha_args only grows");
 
 #define WHO "sdpa_mha_backward: "
-
-/* N · len rows of a matrix: row (b, t) starts at element b·s0 + t·s2
- * (layer.c's type, which layer_impl.h works on). */
-typedef struct layer_rows {
-    char *data;
-    int64_t n, len, s0, s2;
-} layer_rows;
-
-/* Are the rows evenly spaced, as one matrix of n · len rows of `width`
- * elements with a leading dimension BLAS takes? Sets *ld. */
-static bool layer_uniform(const layer_rows *m, int64_t width, int64_t *ld)
-{
-    int64_t step;
-    if (m->n == 1)
-        step = m->len > 1 ? m->s2 : width;
-    else if (m->len == 1)
-        step = m->s0;
-    else if (m->s0 == m->len * m->s2)
-        step = m->s2;
-    else
-        return false;
-    if (step < width || step > INT_MAX || m->n * m->len > INT_MAX)
-        return false;
-    *ld = step;
-    return true;
-}
-
-/* The leading dimension of one batch item's rows. */
-static int64_t layer_item_ld(const layer_rows *m, int64_t width)
-{
-    return m->len > 1 ? m->s2 : width;
-}
 
 /* Defines (greppable names of what NAME() pastes together):
  *   gemm_rows_f32        gemm_rows_f64        (static, layer_impl.h)
@@ -117,24 +81,6 @@ typedef struct bwd_plan {
     size_t bytes;
 } bwd_plan;
 
-/* A contiguous [N, len, width] buffer of the scratch as layer rows. */
-static layer_rows scratch_rows(char *scratch, size_t offset, int64_t n,
-                               int64_t len, int64_t width)
-{
-    return (layer_rows){scratch + offset, n, len, len * width, width};
-}
-
-/* positions[b · len + t] = sign · (offset + t) (validated: no overflow). */
-static int64_t *fill_positions(char *scratch, size_t at, int64_t n, int64_t len,
-                               int64_t offset, int64_t sign)
-{
-    int64_t *p = (int64_t *)(void *)(scratch + at);
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t t = 0; t < len; t++)
-            p[b * len + t] = sign * (offset + t);
-    return p;
-}
-
 /* out[i] = -pos[i] (validated: no pos[i] is INT64_MIN). */
 static int64_t *negate_positions(char *scratch, size_t at, int64_t n,
                                  int64_t len, const int64_t *pos)
@@ -143,14 +89,6 @@ static int64_t *negate_positions(char *scratch, size_t at, int64_t n,
     for (int64_t i = 0; i < n * len; i++)
         p[i] = -pos[i];
     return p;
-}
-
-/* Prefixes the message of a failed attention call with this function. */
-static int attention_failed(sdpa_ctx *ctx, int status)
-{
-    char why[sizeof ctx->message];
-    memcpy(why, ctx->message, sizeof why);
-    return sdpa_fail(ctx, status, WHO "attention: %s", why);
 }
 
 /* Defines (greppable names of what NAME() pastes together):
@@ -164,35 +102,6 @@ static int attention_failed(sdpa_ctx *ctx, int status)
 /* ---- validation ---------------------------------------------------------
  */
 
-/* A byte range [begin, end) of an argument, for the overlap rules. */
-typedef struct range {
-    const char *name;
-    uintptr_t begin, end;
-} range;
-
-/* Would an output of n items of len rows of e elements (strides s0, s2,
- * 1) write an element twice? (layer.c's rule.) */
-static bool rows_write_twice(int64_t n, int64_t s0, int64_t len, int64_t s2,
-                             int64_t e)
-{
-    int64_t ext[2] = {len, n}, step[2] = {s2, s0};
-    if (s0 < s2) {
-        ext[0] = n, ext[1] = len;
-        step[0] = s0, step[1] = s2;
-    }
-    int64_t covered = e - 1;
-    for (int i = 0; i < 2; i++) {
-        if (ext[i] == 1)
-            continue;
-        if (step[i] <= covered)
-            return true;
-        if (ext[i] - 1 > (INT64_MAX - covered) / step[i])
-            return false; /* too large to overlap: caught as overflow */
-        covered += (ext[i] - 1) * step[i];
-    }
-    return false;
-}
-
 /* Checks a [N, 1, len, d_model] layer tensor (x_q, x_kv, dy, dx_q, dx_kv)
  * by sdpa_mha_forward's rules: positive extents, N and d_model as given,
  * len as given unless it is negative, strides >= 0 with the innermost 1,
@@ -200,18 +109,11 @@ static bool rows_write_twice(int64_t n, int64_t s0, int64_t len, int64_t s2,
  * twice, no overflow. Fills *rows and *r (its bytes). */
 static int check_rows(sdpa_ctx *ctx, const char *name, const sdpa_tensor *t,
                       int64_t n, int64_t len_expected, int64_t e, bool output,
-                      size_t esize, layer_rows *rows, range *r)
+                      size_t esize, layer_rows *rows, layer_range *r)
 {
-    for (int d = 0; d < 4; d++)
-        if (t->shape[d] <= 0)
-            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
-                             WHO "%s.shape[%d] is %lld, must be positive", name,
-                             d, (long long)t->shape[d]);
-    if (t->shape[1] != 1)
-        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                         WHO "%s.shape[1] is %lld, must be 1 (the layer's "
-                             "tensors are [N, 1, T, d_model])",
-                         name, (long long)t->shape[1]);
+    int status = sdpa_layer_check_shape(ctx, WHO, name, t);
+    if (status != SDPA_OK)
+        return status;
     if (t->shape[0] != n || t->shape[3] != e ||
         (len_expected >= 0 && t->shape[2] != len_expected))
         return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
@@ -220,58 +122,19 @@ static int check_rows(sdpa_ctx *ctx, const char *name, const sdpa_tensor *t,
                          name, (long long)t->shape[0], (long long)t->shape[2],
                          (long long)t->shape[3], (long long)n, (long long)e,
                          len_expected >= 0 ? " and that many tokens" : "");
-    const int64_t len = t->shape[2];
-    int64_t s0 = n > 1 ? t->stride[0] : 0, s2 = len > 1 ? t->stride[2] : 0;
-    if (s0 < 0 || s2 < 0 || t->stride[3] < 0)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         WHO "%s has a negative stride", name);
-    if (e > 1 && t->stride[3] != 1)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         WHO "%s.stride[3] is %lld, the innermost stride "
-                             "must be 1",
-                         name, (long long)t->stride[3]);
-    if (len > 1 && s2 < e)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         WHO "%s.stride[2] is %lld, below the row length "
-                             "d_model = %lld",
-                         name, (long long)s2, (long long)e);
-    if (output && rows_write_twice(n, s0, len, s2, e))
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         WHO "output %s has strides {%lld, %lld} over items "
-                             "and tokens: its rows overlap",
-                         name, (long long)t->stride[0],
-                         (long long)t->stride[2]);
-    size_t span, step;
-    if (!sdpa_mul_size((size_t)(n - 1), (size_t)s0, &span) ||
-        !sdpa_mul_size((size_t)(len - 1), (size_t)s2, &step) ||
-        !sdpa_add_size(span, step, &span) ||
-        !sdpa_add_size(span, (size_t)e, &span) ||
-        !sdpa_mul_size(span, esize, &span) || span > PTRDIFF_MAX ||
-        (uintptr_t)t->data > UINTPTR_MAX - span)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         WHO "the extent of %s overflows the address space",
-                         name);
-    if (s2 > INT_MAX || s0 > INT_MAX)
+    layer_rows checked;
+    layer_range bytes;
+    status = sdpa_layer_check_strides(ctx, WHO, name, t, n, e, output, esize,
+                                      &checked, &bytes);
+    if (status != SDPA_OK)
+        return status;
+    if (checked.s2 > INT_MAX || checked.s0 > INT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
                          WHO "a stride of %s is above the BLAS int limit %d",
                          name, INT_MAX);
-    *rows = (layer_rows){t->data, n, len, s0, s2};
-    *r = (range){name, (uintptr_t)t->data, (uintptr_t)t->data + span};
+    *rows = checked;
+    *r = bytes;
     return SDPA_OK;
-}
-
-/* Reserves `count` elements of `size` bytes at *total (64-byte aligned)
- * and returns their offset; SIZE_MAX with *ok = false on overflow. */
-static size_t take(size_t *total, size_t count, size_t size, bool *ok)
-{
-    size_t bytes, at = *total;
-    if (!*ok || !sdpa_mul_size(count, size, &bytes) ||
-        !sdpa_add_size(bytes, SDPA_ALIGN - 1, &bytes) ||
-        !sdpa_add_size(at, bytes / SDPA_ALIGN * SDPA_ALIGN, total)) {
-        *ok = false;
-        return SIZE_MAX;
-    }
-    return at;
 }
 
 /* A position that cannot be negated (the inverse rotation's). */
@@ -292,16 +155,9 @@ static int check_positions(sdpa_ctx *ctx, const sdpa_mha_args *a, bwd_plan *lp)
                          WHO "forward->positions is %d, not an SDPA_POS_* "
                              "value",
                          a->positions);
-    if (a->positions == SDPA_POS_NONE &&
-        (a->pos_base != 0 || a->pos_offset != 0 || a->pos_q || a->pos_kv))
-        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                         WHO "pos_base, pos_offset, pos_q or pos_kv is set, "
-                             "but positions is SDPA_POS_NONE");
-    if (!(isfinite(a->pos_base) && a->pos_base >= 0))
-        return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
-                         WHO "pos_base %g must be finite and positive (0 "
-                             "selects 10000)",
-                         a->pos_base);
+    int status = sdpa_layer_check_pos_values(ctx, WHO, a);
+    if (status != SDPA_OK)
+        return status;
     if (lp->self && a->pos_kv)
         return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
                          WHO "pos_kv is set in self-attention (x_kv "
@@ -312,11 +168,10 @@ static int check_positions(sdpa_ctx *ctx, const sdpa_mha_args *a, bwd_plan *lp)
         return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
                          WHO "RoPE rotates pairs, but dim_k is %lld, odd",
                          (long long)lp->dk);
-    int64_t longest = lp->tq > lp->tk ? lp->tq : lp->tk;
-    if (a->pos_offset > 0 && longest - 1 > INT64_MAX - a->pos_offset)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         WHO "pos_offset %lld + %lld tokens overflows int64",
-                         (long long)a->pos_offset, (long long)longest);
+    status =
+        sdpa_layer_check_pos_offset(ctx, WHO, a->pos_offset, lp->tq, lp->tk);
+    if (status != SDPA_OK)
+        return status;
     if (rope && (a->pos_offset == INT64_MIN ||
                  has_int64_min(a->pos_q, lp->n * lp->tq) ||
                  has_int64_min(a->pos_kv, lp->n * lp->tk)))
@@ -336,35 +191,10 @@ static int check_positions(sdpa_ctx *ctx, const sdpa_mha_args *a, bwd_plan *lp)
 static int check_attn(sdpa_ctx *ctx, const sdpa_mha_args *a, bwd_plan *lp)
 {
     sdpa_forward_args *f = &lp->attn;
-    if (a->attn) {
-        int imported = sdpa_struct_import(ctx, WHO "forward->attn", a->attn,
-                                          SDPA_ARGS_SIZE_V1, f, sizeof *f);
-        if (imported != SDPA_OK)
-            return imported;
-    } else {
-        memset(f, 0, sizeof *f);
-    }
-    const struct {
-        const char *name;
-        const sdpa_tensor *t;
-    } made[] = {{"q", &f->q},
-                {"k", &f->k},
-                {"v", &f->v},
-                {"out", &f->out},
-                {"logits", &f->logits}};
-    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++)
-        if (made[i].t->data)
-            return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                             WHO "forward->attn->%s is set, but the layer "
-                                 "makes q, k, v and out itself (and has no "
-                                 "logits output): leave them absent",
-                             made[i].name);
-    if (f->dtype != 0 && f->dtype != lp->dtype)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         WHO "forward->attn->dtype is %d, but dtype is %d",
-                         f->dtype, lp->dtype);
-    f->struct_size = sizeof *f;
-    f->dtype = lp->dtype;
+    int status = sdpa_layer_import_attn(ctx, WHO, "forward->attn", a->attn,
+                                        lp->dtype, "", f);
+    if (status != SDPA_OK)
+        return status;
     /* the forward's outputs: not written by the backward */
     const sdpa_tensor none = {NULL, {0, 0, 0, 0}, {0, 0, 0, 0}};
     f->weights = f->lse = f->max_weight = f->entropy = none;
@@ -373,8 +203,8 @@ static int check_attn(sdpa_ctx *ctx, const sdpa_mha_args *a, bwd_plan *lp)
 
 /* The outputs meet neither each other nor what is read while they are
  * written (x_q, x_kv, dy, the weights and the biases). */
-static int check_overlaps(sdpa_ctx *ctx, const bwd_plan *lp, const range *rows,
-                          int n_rows_in, int n_rows)
+static int check_overlaps(sdpa_ctx *ctx, const bwd_plan *lp,
+                          const layer_range *rows, int n_rows_in, int n_rows)
 {
     const size_t es = lp->esize, e = (size_t)lp->e;
     size_t wq = (size_t)(lp->hq * lp->dk), wk = (size_t)(lp->hkv * lp->dk);
@@ -382,19 +212,19 @@ static int check_overlaps(sdpa_ctx *ctx, const bwd_plan *lp, const range *rows,
     const struct {
         const char *name;
         const void *p;
-        size_t elems;
+        size_t elems, times; /* their product, the element count */
         bool output;
     } params[] = {
-        {"w_q", lp->w_q, e * wq, false},  {"w_k", lp->w_k, e * wk, false},
-        {"w_v", lp->w_v, e * wv, false},  {"w_o", lp->w_o, wo * e, false},
-        {"b_q", lp->b_q, wq, false},      {"b_k", lp->b_k, wk, false},
-        {"b_v", lp->b_v, wv, false},      {"b_o", lp->b_o, e, false},
-        {"dw_q", lp->dw_q, e * wq, true}, {"dw_k", lp->dw_k, e * wk, true},
-        {"dw_v", lp->dw_v, e * wv, true}, {"dw_o", lp->dw_o, wo * e, true},
-        {"db_q", lp->db_q, wq, true},     {"db_k", lp->db_k, wk, true},
-        {"db_v", lp->db_v, wv, true},     {"db_o", lp->db_o, e, true}};
+        {"w_q", lp->w_q, e, wq, false},  {"w_k", lp->w_k, e, wk, false},
+        {"w_v", lp->w_v, e, wv, false},  {"w_o", lp->w_o, wo, e, false},
+        {"b_q", lp->b_q, wq, 1, false},  {"b_k", lp->b_k, wk, 1, false},
+        {"b_v", lp->b_v, wv, 1, false},  {"b_o", lp->b_o, e, 1, false},
+        {"dw_q", lp->dw_q, e, wq, true}, {"dw_k", lp->dw_k, e, wk, true},
+        {"dw_v", lp->dw_v, e, wv, true}, {"dw_o", lp->dw_o, wo, e, true},
+        {"db_q", lp->db_q, wq, 1, true}, {"db_k", lp->db_k, wk, 1, true},
+        {"db_v", lp->db_v, wv, 1, true}, {"db_o", lp->db_o, e, 1, true}};
     enum { PARAMS = sizeof params / sizeof params[0] };
-    range in[PARAMS + 3], out[PARAMS + 2];
+    layer_range in[PARAMS + 3], out[PARAMS + 2];
     int n_in = 0, n_out = 0;
     for (int i = 0; i < n_rows; i++)
         if (i < n_rows_in)
@@ -402,17 +232,14 @@ static int check_overlaps(sdpa_ctx *ctx, const bwd_plan *lp, const range *rows,
         else
             out[n_out++] = rows[i];
     for (int i = 0; i < PARAMS; i++) {
-        size_t bytes;
+        layer_range r;
         if (!params[i].p)
             continue;
-        if (!sdpa_mul_size(params[i].elems, es, &bytes) ||
-            (uintptr_t)params[i].p > UINTPTR_MAX - bytes)
-            return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                             WHO "the extent of %s overflows the address "
-                                 "space",
-                             params[i].name);
-        range r = {params[i].name, (uintptr_t)params[i].p,
-                   (uintptr_t)params[i].p + bytes};
+        int status =
+            sdpa_layer_param_range(ctx, WHO, params[i].name, params[i].p,
+                                   params[i].elems, params[i].times, es, &r);
+        if (status != SDPA_OK)
+            return status;
         if (params[i].output)
             out[n_out++] = r;
         else
@@ -420,12 +247,12 @@ static int check_overlaps(sdpa_ctx *ctx, const bwd_plan *lp, const range *rows,
     }
     for (int o = 0; o < n_out; o++) {
         for (int i = 0; i < n_in; i++)
-            if (out[o].begin < in[i].end && in[i].begin < out[o].end)
+            if (sdpa_layer_ranges_meet(&out[o], &in[i]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
                                  WHO "output %s overlaps the input %s",
                                  out[o].name, in[i].name);
         for (int p = 0; p < o; p++)
-            if (out[o].begin < out[p].end && out[p].begin < out[o].end)
+            if (sdpa_layer_ranges_meet(&out[o], &out[p]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
                                  WHO "output %s overlaps output %s",
                                  out[o].name, out[p].name);
@@ -447,23 +274,24 @@ static int place_scratch(sdpa_ctx *ctx, bwd_plan *lp)
     lp->off_table = lp->off_xq = lp->off_xkv = SIZE_MAX;
     if (rope) {
         if (!lp->pos_q && lp->offset != 0)
-            lp->off_pq = take(&total, rows_q, sizeof(int64_t), &ok);
-        lp->off_nq = take(&total, rows_q, sizeof(int64_t), &ok);
+            lp->off_pq = sdpa_layer_take(&total, rows_q, sizeof(int64_t), &ok);
+        lp->off_nq = sdpa_layer_take(&total, rows_q, sizeof(int64_t), &ok);
         if (!lp->self) {
             if (!lp->pos_kv && lp->offset != 0)
-                lp->off_pk = take(&total, rows_k, sizeof(int64_t), &ok);
-            lp->off_nk = take(&total, rows_k, sizeof(int64_t), &ok);
+                lp->off_pk =
+                    sdpa_layer_take(&total, rows_k, sizeof(int64_t), &ok);
+            lp->off_nk = sdpa_layer_take(&total, rows_k, sizeof(int64_t), &ok);
         }
     }
     if (lp->positions == SDPA_POS_SINUSOIDAL) {
         size_t longest = (size_t)(lp->tq > lp->tk ? lp->tq : lp->tk);
         ok = ok && sdpa_mul_size(longest, e, &count);
-        lp->off_table = take(&total, ok ? count : 0, es, &ok);
+        lp->off_table = sdpa_layer_take(&total, ok ? count : 0, es, &ok);
         ok = ok && sdpa_mul_size(rows_q, e, &count);
-        lp->off_xq = take(&total, ok ? count : 0, es, &ok);
+        lp->off_xq = sdpa_layer_take(&total, ok ? count : 0, es, &ok);
         if (!lp->self) {
             ok = ok && sdpa_mul_size(rows_k, e, &count);
-            lp->off_xkv = take(&total, ok ? count : 0, es, &ok);
+            lp->off_xkv = sdpa_layer_take(&total, ok ? count : 0, es, &ok);
         }
     }
     const size_t wq = (size_t)(lp->hq * lp->dk),
@@ -483,7 +311,7 @@ static int place_scratch(sdpa_ctx *ctx, bwd_plan *lp)
                  {&lp->off_dv, rows_k, wv}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         ok = ok && sdpa_mul_size(parts[i].rows, parts[i].width, &count);
-        *parts[i].off = take(&total, ok ? count : 0, es, &ok);
+        *parts[i].off = sdpa_layer_take(&total, ok ? count : 0, es, &ok);
     }
     if (!ok || total > PTRDIFF_MAX)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
@@ -506,7 +334,7 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_backward_args *caller,
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, WHO "forward is NULL");
     sdpa_mha_args a;
     status = sdpa_struct_import(ctx, WHO "forward", b.forward,
-                                LAYER_ARGS_SIZE_V1, &a, sizeof a);
+                                SDPA_MHA_ARGS_SIZE_V1, &a, sizeof a);
     if (status != SDPA_OK)
         return status;
     memset(lp, 0, sizeof *lp);
@@ -530,44 +358,18 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_backward_args *caller,
 
     /* x_q fixes N, Tq and d_model; the heads fix the widths. */
     const int64_t n = a.x_q.shape[0], e = a.x_q.shape[3];
-    range rows[5];
+    layer_range rows[5];
     int n_rows = 0;
     status = check_rows(ctx, "x_q", &a.x_q, n, -1, e, false, lp->esize,
                         &lp->x_q, &rows[n_rows++]);
     if (status != SDPA_OK)
         return status;
-    const struct {
-        const char *name;
-        int64_t value;
-    } counts[] = {{"heads_q", a.heads_q},
-                  {"heads_kv", a.heads_kv},
-                  {"dim_k", a.dim_k},
-                  {"dim_v", a.dim_v}};
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-        if (counts[i].value < 0 || (i == 0 && counts[i].value == 0))
-            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
-                             WHO "forward->%s is %lld, must be %s",
-                             counts[i].name, (long long)counts[i].value,
-                             i == 0 ? "positive" : "positive (or 0: default)");
-    const int64_t hq = a.heads_q, hkv = a.heads_kv ? a.heads_kv : hq;
-    if (hq % hkv != 0)
-        return sdpa_fail(ctx, SDPA_ERR_HEAD_GROUPING,
-                         WHO "heads_q %lld is not a multiple of heads_kv "
-                             "%lld",
-                         (long long)hq, (long long)hkv);
-    if (a.dim_k == 0 && e % hq != 0)
-        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                         WHO "dim_k is 0 (d_model / heads_q), but d_model "
-                             "%lld is not a multiple of heads_q %lld",
-                         (long long)e, (long long)hq);
-    const int64_t dk = a.dim_k ? a.dim_k : e / hq;
-    const int64_t dv = a.dim_v ? a.dim_v : dk;
+    int64_t hq, hkv, dk, dv;
+    status = sdpa_layer_check_heads(ctx, WHO, "forward->", &a, n, e, &hq, &hkv,
+                                    &dk, &dv);
+    if (status != SDPA_OK)
+        return status;
     const int64_t limit = INT_MAX;
-    if (e > limit || hq > limit / dk || hq > limit / dv || n > limit)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         WHO "d_model, heads_q · dim_k or heads_q · dim_v is "
-                             "above the BLAS int limit %d",
-                         INT_MAX);
     lp->n = n, lp->e = e, lp->hq = hq, lp->hkv = hkv, lp->dk = dk, lp->dv = dv;
     lp->tq = a.x_q.shape[2];
     lp->self = a.x_kv.data == NULL;

@@ -8,14 +8,8 @@
 static void NAME(gemm_rows_nt)(const layer_rows *a, int64_t ka, const T *w,
                                int64_t kc, const layer_rows *c, T beta)
 {
-    int64_t lda, ldc;
-    int64_t items = 1, m = a->n * a->len;
-    if (!layer_uniform(a, ka, &lda) || !layer_uniform(c, kc, &ldc)) {
-        items = a->n;
-        m = a->len;
-        lda = layer_item_ld(a, ka);
-        ldc = layer_item_ld(c, kc);
-    }
+    int64_t items, m, lda, ldc;
+    sdpa_layer_gemm_layout(a, ka, c, kc, &items, &m, &lda, &ldc);
     for (int64_t b = 0; b < items; b++)
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kc, (int)ka,
              (T)1, (const T *)(const void *)a->data + b * a->s0, (int)lda, w,
@@ -28,14 +22,8 @@ static void NAME(gemm_rows_nt)(const layer_rows *a, int64_t ka, const T *w,
 static void NAME(gemm_rows_tn)(const layer_rows *a, int64_t ka,
                                const layer_rows *g, int64_t kg, T *dw)
 {
-    int64_t lda, ldg;
-    int64_t items = 1, m = a->n * a->len;
-    if (!layer_uniform(a, ka, &lda) || !layer_uniform(g, kg, &ldg)) {
-        items = a->n;
-        m = a->len;
-        lda = layer_item_ld(a, ka);
-        ldg = layer_item_ld(g, kg);
-    }
+    int64_t items, m, lda, ldg;
+    sdpa_layer_gemm_layout(a, ka, g, kg, &items, &m, &lda, &ldg);
     for (int64_t b = 0; b < items; b++)
         GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ka, (int)kg, (int)m,
              (T)1, (const T *)(const void *)a->data + b * a->s0, (int)lda,
@@ -71,28 +59,29 @@ static int NAME(layer_backward)(sdpa_ctx *ctx, const bwd_plan *lp, char *s)
     layer_rows xq = lp->x_q, xkv = lp->x_kv;
     if (lp->positions == SDPA_POS_SINUSOIDAL) {
         T *table = (T *)(void *)(s + lp->off_table);
-        layer_rows sq = scratch_rows(s, lp->off_xq, n, lp->tq, e);
+        layer_rows sq = sdpa_layer_scratch_rows(s, lp->off_xq, n, lp->tq, e);
         NAME(add_sinusoidal)
         (&xq, e, lp->pos_q, lp->offset, lp->base, table, (T *)(void *)sq.data);
         xq = sq;
         if (lp->self) {
             xkv = sq;
         } else {
-            layer_rows sk = scratch_rows(s, lp->off_xkv, n, lp->tk, e);
+            layer_rows sk =
+                sdpa_layer_scratch_rows(s, lp->off_xkv, n, lp->tk, e);
             NAME(add_sinusoidal)
             (&xkv, e, lp->pos_kv, lp->offset, lp->base, table,
              (T *)(void *)sk.data);
             xkv = sk;
         }
     }
-    layer_rows q = scratch_rows(s, lp->off_q, n, lp->tq, wq);
-    layer_rows k = scratch_rows(s, lp->off_k, n, lp->tk, wk);
-    layer_rows v = scratch_rows(s, lp->off_v, n, lp->tk, wv);
-    layer_rows o = scratch_rows(s, lp->off_o, n, lp->tq, wo);
-    layer_rows d_o = scratch_rows(s, lp->off_do, n, lp->tq, wo);
-    layer_rows dq = scratch_rows(s, lp->off_dq, n, lp->tq, wq);
-    layer_rows dk = scratch_rows(s, lp->off_dk, n, lp->tk, wk);
-    layer_rows dv = scratch_rows(s, lp->off_dv, n, lp->tk, wv);
+    layer_rows q = sdpa_layer_scratch_rows(s, lp->off_q, n, lp->tq, wq);
+    layer_rows k = sdpa_layer_scratch_rows(s, lp->off_k, n, lp->tk, wk);
+    layer_rows v = sdpa_layer_scratch_rows(s, lp->off_v, n, lp->tk, wv);
+    layer_rows o = sdpa_layer_scratch_rows(s, lp->off_o, n, lp->tq, wo);
+    layer_rows d_o = sdpa_layer_scratch_rows(s, lp->off_do, n, lp->tq, wo);
+    layer_rows dq = sdpa_layer_scratch_rows(s, lp->off_dq, n, lp->tq, wq);
+    layer_rows dk = sdpa_layer_scratch_rows(s, lp->off_dk, n, lp->tk, wk);
+    layer_rows dv = sdpa_layer_scratch_rows(s, lp->off_dv, n, lp->tk, wv);
     NAME(gemm_rows)(&xq, e, w_q, wq, lp->b_q, &q);
     NAME(gemm_rows)(&xkv, e, w_k, wk, lp->b_k, &k);
     NAME(gemm_rows)(&xkv, e, w_v, wv, lp->b_v, &v);
@@ -109,20 +98,23 @@ static int NAME(layer_backward)(sdpa_ctx *ctx, const bwd_plan *lp, char *s)
     if (rope) {
         pq = lp->pos_q;
         if (lp->off_pq != SIZE_MAX)
-            pq = fill_positions(s, lp->off_pq, n, lp->tq, lp->offset, 1);
-        nq = lp->pos_q
-                 ? negate_positions(s, lp->off_nq, n, lp->tq, lp->pos_q)
-                 : fill_positions(s, lp->off_nq, n, lp->tq, lp->offset, -1);
+            pq = sdpa_layer_fill_positions(s, lp->off_pq, n, lp->tq, lp->offset,
+                                           1);
+        nq = lp->pos_q ? negate_positions(s, lp->off_nq, n, lp->tq, lp->pos_q)
+                       : sdpa_layer_fill_positions(s, lp->off_nq, n, lp->tq,
+                                                   lp->offset, -1);
         if (lp->self) {
             pk = pq;
             nk = nq;
         } else {
             pk = lp->pos_kv;
             if (lp->off_pk != SIZE_MAX)
-                pk = fill_positions(s, lp->off_pk, n, lp->tk, lp->offset, 1);
+                pk = sdpa_layer_fill_positions(s, lp->off_pk, n, lp->tk,
+                                               lp->offset, 1);
             nk = lp->pos_kv
                      ? negate_positions(s, lp->off_nk, n, lp->tk, lp->pos_kv)
-                     : fill_positions(s, lp->off_nk, n, lp->tk, lp->offset, -1);
+                     : sdpa_layer_fill_positions(s, lp->off_nk, n, lp->tk,
+                                                 lp->offset, -1);
         }
         (void)sdpa_rope_apply(lp->dtype, q_view, pq, style, lp->base, 0);
         (void)sdpa_rope_apply(lp->dtype, k_view, pk, style, lp->base, 0);
@@ -135,7 +127,7 @@ static int NAME(layer_backward)(sdpa_ctx *ctx, const bwd_plan *lp, char *s)
     f.lse = sdpa_tensor_bhtd(s + lp->off_lse, n, lp->hq, lp->tq, 1);
     int status = sdpa_forward(ctx, &f);
     if (status != SDPA_OK)
-        return attention_failed(ctx, status);
+        return sdpa_layer_attention_failed(ctx, WHO, status);
 
     /* dO = dy W_Oᵀ, then the attention's gradients */
     NAME(gemm_rows_nt)(&lp->dy, e, w_o, wo, &d_o, (T)0);
@@ -163,7 +155,7 @@ static int NAME(layer_backward)(sdpa_ctx *ctx, const bwd_plan *lp, char *s)
     g.sinks = f.sinks;
     status = sdpa_backward(ctx, &g);
     if (status != SDPA_OK)
-        return attention_failed(ctx, status);
+        return sdpa_layer_attention_failed(ctx, WHO, status);
 
     /* Nothing can fail from here on: the caller's outputs. */
     if (lp->dw_o)

@@ -1,6 +1,6 @@
 /* The multi-head layer's dense steps for one dtype (T/SUF, GEMM), included
- * by layer.c through instantiate.h: the positional table added to the
- * inputs, and the four projections as gemms. */
+ * by layer.c and layer_backward.c through instantiate.h: the positional
+ * table added to the inputs, and the four projections as gemms. */
 
 /* C[b, t, :] = A[b, t, :] · W (+ bias) for b < n, t < len: A's rows are
  * k wide, C's cols wide, W is [k, cols] row-major. The rows of A and C are
@@ -9,14 +9,8 @@
 static void NAME(gemm_rows)(const layer_rows *a, int64_t k, const T *w,
                             int64_t cols, const T *bias, const layer_rows *c)
 {
-    int64_t lda, ldc;
-    int64_t items = 1, m = a->n * a->len;
-    if (!layer_uniform(a, k, &lda) || !layer_uniform(c, cols, &ldc)) {
-        items = a->n;
-        m = a->len;
-        lda = layer_item_ld(a, k);
-        ldc = layer_item_ld(c, cols);
-    }
+    int64_t items, m, lda, ldc;
+    sdpa_layer_gemm_layout(a, k, c, cols, &items, &m, &lda, &ldc);
     for (int64_t b = 0; b < items; b++) {
         const T *x = (const T *)(const void *)a->data + b * a->s0;
         T *y = (T *)(void *)c->data + b * c->s0;

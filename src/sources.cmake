@@ -16,6 +16,7 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/live_keys.c
     ${CMAKE_CURRENT_LIST_DIR}/alibi.c
     ${CMAKE_CURRENT_LIST_DIR}/positions.c
+    ${CMAKE_CURRENT_LIST_DIR}/layer_common.c
     ${CMAKE_CURRENT_LIST_DIR}/layer.c
     ${CMAKE_CURRENT_LIST_DIR}/layer_backward.c
     ${CMAKE_CURRENT_LIST_DIR}/pool.c
