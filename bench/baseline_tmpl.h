@@ -55,10 +55,12 @@ static void BFN(bare_)(const bench_data *d, bench_baseline *bl)
 
 /*
  * The naive program. Per (b, h) and query block, with L = kv_len(b):
- *   S = scale · Q_blk · K[:L]ᵀ                  (rows, L)
- *   forbidden s_ij := -inf (j >= causal limit of row i)
+ *   S = scale · Q_blk · K[k0:k1]ᵀ               (rows, k1 - k0)
+ *   forbidden s_ij := -inf (j outside row i's allowed keys)
  *   p_ij = exp(s_ij - max_j s_ij) / Σ_j exp(..)  one scalar exp per entry
- *   O_blk = P · V[:L]                           (rows, Dv)
+ *   O_blk = P · V[k0:k1]                        (rows, Dv)
+ * [k0, k1) is [0, L) for shapes without a window (causal or not); for
+ * windowed shapes the keys the block's rows may see (a band).
  */
 static int BFN(naive_)(const bench_data *d, bench_baseline *bl)
 {
@@ -72,38 +74,53 @@ static int BFN(naive_)(const bench_data *d, bench_baseline *bl)
             for (int64_t r0 = 0; r0 < s->tq; r0 += bl->row_block) {
                 int64_t rows =
                     s->tq - r0 < bl->row_block ? s->tq - r0 : bl->row_block;
+                int64_t k0 = 0, k1 = len, unused;
+                if (s->window) { /* starts and limits grow with the row */
+                    bench_shape_allowed(s, b, r0, &k0, &unused);
+                    bench_shape_allowed(s, b, r0 + rows - 1, &unused, &k1);
+                    if (k1 <= k0)
+                        return -1; /* the whole block is masked */
+                }
+                const int64_t w = k1 - k0;
                 const BT *q =
                     BFN(row_ptr_)(d->q, b, h, r0, s->hq, s->tq, s->dk);
                 const BT *k =
-                    BFN(row_ptr_)(d->k, b, h / g, 0, s->hkv, s->tk, s->dk);
+                    BFN(row_ptr_)(d->k, b, h / g, k0, s->hkv, s->tk, s->dk);
                 const BT *v =
-                    BFN(row_ptr_)(d->v, b, h / g, 0, s->hkv, s->tk, s->dv);
+                    BFN(row_ptr_)(d->v, b, h / g, k0, s->hkv, s->tk, s->dv);
                 BT *o =
                     BFN(row_ptr_)(d->out_ref, b, h, r0, s->hq, s->tq, s->dv);
                 BGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows),
-                      blas_int(len), blas_int(s->dk), scale, q, blas_int(s->dk),
-                      k, blas_int(s->dk), (BT)0, sc, blas_int(len));
+                      blas_int(w), blas_int(s->dk), scale, q, blas_int(s->dk),
+                      k, blas_int(s->dk), (BT)0, sc, blas_int(w));
                 for (int64_t i = 0; i < rows; i++) {
-                    BT *row = sc + i * len;
-                    int64_t allowed = allowed_keys(s, r0 + i, len);
-                    for (int64_t j = allowed < 0 ? 0 : allowed; j < len; j++)
+                    BT *row = sc + i * w;
+                    int64_t lo = 0, allowed = allowed_keys(s, r0 + i, len);
+                    if (s->window) {
+                        bench_shape_allowed(s, b, r0 + i, &lo, &allowed);
+                        lo -= k0;
+                        allowed -= k0;
+                    }
+                    for (int64_t j = 0; j < lo && j < w; j++)
+                        row[j] = (BT)-INFINITY;
+                    for (int64_t j = allowed < 0 ? 0 : allowed; j < w; j++)
                         row[j] = (BT)-INFINITY;
                     BT m = (BT)-INFINITY;
-                    for (int64_t j = 0; j < len; j++)
+                    for (int64_t j = 0; j < w; j++)
                         m = row[j] > m ? row[j] : m;
                     if (m == (BT)-INFINITY)
                         return -1; /* fully masked row */
                     BT sum = 0;
-                    for (int64_t j = 0; j < len; j++) {
+                    for (int64_t j = 0; j < w; j++) {
                         row[j] = BEXP(row[j] - m);
                         sum += row[j];
                     }
-                    for (int64_t j = 0; j < len; j++)
+                    for (int64_t j = 0; j < w; j++)
                         row[j] /= sum;
                 }
                 BGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(rows),
-                      blas_int(s->dv), blas_int(len), (BT)1, sc, blas_int(len),
-                      v, blas_int(s->dv), (BT)0, o, blas_int(s->dv));
+                      blas_int(s->dv), blas_int(w), (BT)1, sc, blas_int(w), v,
+                      blas_int(s->dv), (BT)0, o, blas_int(s->dv));
             }
     }
     return 0;

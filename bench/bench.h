@@ -34,17 +34,39 @@ typedef struct bench_shape {
     int64_t kv_lens[BENCH_MAX_BATCH]; /* valid key count per batch item */
     int max_reps; /* 0 = adaptive; 1 = one cold timed run (huge shapes) */
     int decode;   /* report K+V read bandwidth for this shape */
+    /* 1.1 sliding window (SDPA_FLAG_WINDOW) and what it is compared with */
+    int window;                        /* the call sets SDPA_FLAG_WINDOW */
+    int64_t window_left, window_right; /* -1 = unbounded side */
+    const char *ref;     /* a shape whose sdpa auto call runs in this shape's
+                            rounds ("ref sdpa auto"); NULL = none */
+    double ref_target;   /* reported: median / ref median <= this */
+    int dense_bias;      /* variant "sdpa dense bias": the window as a dense
+                            [1, 1, Tq, Tk] bias (0 / -inf), no window flag */
+    double dense_target; /* reported: dense median / median >= this */
 } bench_shape;
 
 /* The fixed suite, in run order. */
 const bench_shape *bench_shapes(size_t *count);
 
+/* Shape by name (case-insensitive), or NULL. */
+const bench_shape *bench_shape_find(const char *name);
+
 /* Valid keys of batch item b (kv_lens[b] or Tk). */
 int64_t bench_shape_kv_len(const bench_shape *s, int64_t b);
 
+/* The keys row i of batch item b may see are [*start, *limit) (none when
+ * limit <= start): the key length, causality and, for windowed shapes,
+ * the window as include/sdpa.h defines it. Both never decrease with i. */
+void bench_shape_allowed(const bench_shape *s, int64_t b, int64_t i,
+                         int64_t *start, int64_t *limit);
+
+/* Allowed (query row, key) pairs of one head, summed over the batch. */
+double bench_shape_allowed_scores(const bench_shape *s);
+
 /* Useful flops of one forward call: 2·Hq·Tq·(Dk+Dv)·Σ_b L_b, halved when
- * causal. The same count is used for every variant of a shape, so GFLOP/s
- * compare like time does. */
+ * causal; for windowed shapes exactly 2·Hq·(Dk+Dv)·(allowed scores). The
+ * same count is used for every variant of a shape, so GFLOP/s compare like
+ * time does. */
 double bench_shape_flops(const bench_shape *s);
 
 /* Bytes of K and V an attention call must read: Σ_b Hkv·L_b·(Dk+Dv)·elem. */
@@ -64,7 +86,13 @@ typedef struct bench_data {
     void *out_ref;          /* written by the naive baseline: the reference */
     void *out_bare;         /* written by the bare gemms (meaningless values) */
     size_t out_count;       /* elements of each output */
-    sdpa_forward_args args; /* q, k, v, out_lib, causal, kv_lens filled in */
+    sdpa_forward_args args; /* q, k, v, out_lib, causal, kv_lens, window */
+    /* shapes with dense_bias: the window as a [1, 1, Tq, Tk] bias, 0 in the
+     * band and -inf outside (stride 0 over N and H), and the call that
+     * passes it instead of the window (same q, k, v, out_lib, causal) */
+    void *bias;
+    size_t bias_bytes;
+    sdpa_forward_args dense_args;
 } bench_data;
 
 /* Allocate and fill with normal-ish values from a fixed seed. 0 on success. */
@@ -79,7 +107,9 @@ double bench_max_abs_diff(const void *a, const void *b, size_t n, int dtype);
 
 /* Scratch of one baseline: a score block of row_block × Tk elements. Blocks
  * of query rows keep it under a byte budget (only the 128k shape needs
- * more than one block); the flop count is unchanged by the blocking. */
+ * more than one block); the flop count is unchanged by the blocking.
+ * Windowed shapes: blocks of max(64, window_left) rows, each against the
+ * key range its rows may see (the naive program is banded). */
 typedef struct bench_baseline {
     void *s;
     size_t s_bytes;
@@ -97,13 +127,15 @@ void bench_baseline_free(bench_baseline *b);
 void bench_bare_gemms(const bench_data *d, bench_baseline *b);
 
 /* The naive three-call program: gemm, scalar softmax with exp and the masks
- * (causal, kv_lens) applied as -inf before the max, gemm. Writes
- * d->out_ref. Returns 0, or -1 if a row has no allowed key. */
+ * (causal, kv_lens, window) applied as -inf before the max, gemm. Windowed
+ * shapes: per query block, the gemms cover only the block's key range.
+ * Writes d->out_ref. Returns 0, or -1 if a row has no allowed key. */
 int bench_naive(const bench_data *d, bench_baseline *b);
 
 /* --------------------------------------------------------------- sysinfo */
 
-double bench_now(void); /* seconds, CLOCK_MONOTONIC */
+double bench_now(void);     /* seconds, CLOCK_MONOTONIC */
+double bench_cpu_now(void); /* seconds, CLOCK_PROCESS_CPUTIME_ID */
 
 /* Process memory from /proc/self/status, in bytes; -1 when unavailable. */
 int64_t bench_mem_rss(void);
@@ -126,6 +158,8 @@ enum {
     BENCH_VAR_AUTO,
     BENCH_VAR_BARE,
     BENCH_VAR_NAIVE,
+    BENCH_VAR_DENSE_BIAS, /* shapes with dense_bias only */
+    BENCH_VAR_REF,        /* shapes with a ref only: the ref's sdpa auto */
     BENCH_VAR_COUNT
 };
 
@@ -147,6 +181,12 @@ typedef struct bench_row {
     int64_t peak_growth; /* VmHWM growth over setup + first run; -1 */
     double max_diff;     /* libsdpa vs naive, -1 when not checked */
     int diff_bad;        /* max_diff above the dtype's tolerance */
+    /* the shape whose block it ran in (W's "ref sdpa auto" row: W) */
+    const bench_shape *block;
+    /* libsdpa rows: median process CPU time of the timed runs (all the
+     * process's threads; with one worker and OpenBLAS at one thread, the
+     * call's own time without the waits for a busy machine's cores) */
+    double cpu_median_s;
 } bench_row;
 
 typedef struct bench_env {
@@ -161,7 +201,25 @@ typedef struct bench_env {
     size_t mem_budget;      /* libsdpa workspace budget (bytes) */
     size_t baseline_budget; /* baseline score block budget (bytes) */
     uint64_t seed;
+    int64_t block_q, block_k; /* --block-q / --block-k; 0 = library's */
+    int any_window;           /* a windowed shape is selected */
 } bench_env;
+
+/* A windowed shape against its two comparisons, from one (shape, threads)
+ * block: all three measured in the same interleaved rounds. Times are
+ * medians in seconds, 0 when not measured. */
+typedef struct bench_ratio {
+    const bench_shape *shape; /* W */
+    const bench_shape *ref;   /* A, or NULL */
+    int threads;
+    double shape_s;   /* sdpa auto on the shape */
+    double ref_s;     /* ref sdpa auto, same rounds */
+    double dense_s;   /* sdpa dense bias, same rounds */
+    double ref_own_s; /* the ref's own block at the same threads (sdpa
+                         auto), when it ran in this process; 0 otherwise */
+    /* the same three medians in process CPU time (bench_row.cpu_median_s) */
+    double shape_cpu_s, ref_cpu_s, dense_cpu_s;
+} bench_ratio;
 
 const char *bench_variant_name(int variant);
 double bench_tolerance(int dtype);
@@ -169,8 +227,9 @@ double bench_tolerance(int dtype);
 void bench_report_header(const bench_env *env);
 void bench_report_shape(const bench_shape *s, int threads, int reps);
 void bench_report_row(const bench_row *r);
+void bench_report_ratio(const bench_env *env, const bench_ratio *r);
 void bench_report_footer(const bench_env *env, int warnings);
 void bench_report_json(const bench_env *env, const bench_row *rows,
-                       size_t count);
+                       size_t count, const bench_ratio *ratios, size_t nratios);
 
 #endif /* SDPA_BENCH_H */

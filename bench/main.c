@@ -15,6 +15,10 @@
  * single cold run is both the timed and the memory-measured one, and their
  * two baselines are measured in the first --threads block only and reported
  * again in the others (they do not depend on SDPA_OPT_NUM_THREADS).
+ * Windowed shapes (W) have no bare gemms (a band has no square bound) and a
+ * banded naive program; they add two variants timed in their own rounds:
+ * "sdpa dense bias" (the window as a dense -inf bias instead) and "ref sdpa
+ * auto" (the call of the shape named by `ref`, A), and report the ratios.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -41,6 +45,9 @@ typedef struct options {
     uint64_t seed;
     double block_seconds; /* adaptive reps: aim per (shape, threads) */
     int lib_blas_threads; /* OpenBLAS threads under libsdpa; 0 = T */
+    /* SDPA_OPT_BLOCK_Q / _K on the path variants' contexts; 0 = default */
+    int64_t block_q, block_k;
+    unsigned timed; /* --variants: bit v set = variant v is run and timed */
 } options;
 
 /* --lib-blas-threads, read by run_once. */
@@ -56,6 +63,11 @@ typedef struct variant {
     double cold_s;     /* the setup run */
     double warm_s;     /* the untimed warm-up round that sizes `reps` */
     double *times;
+    double last_cpu;   /* libsdpa: process CPU time of the last run */
+    double *cpu_times; /* libsdpa: process CPU time of each timed run */
+    /* the inputs and outputs it uses, and (libsdpa variants) the call */
+    const bench_data *data;
+    const sdpa_forward_args *args;
 } variant;
 
 static const int lib_path[BENCH_VAR_COUNT] = {
@@ -68,14 +80,26 @@ static const int lib_path[BENCH_VAR_COUNT] = {
 /* Setup order: the naive run writes the reference the others are checked
  * against, so it goes first. */
 static const int setup_order[BENCH_VAR_COUNT] = {
-    BENCH_VAR_NAIVE, BENCH_VAR_BARE,   BENCH_VAR_MATERIALISED,
-    BENCH_VAR_TILED, BENCH_VAR_DECODE, BENCH_VAR_AUTO};
+    BENCH_VAR_NAIVE,  BENCH_VAR_BARE, BENCH_VAR_MATERIALISED, BENCH_VAR_TILED,
+    BENCH_VAR_DECODE, BENCH_VAR_AUTO, BENCH_VAR_DENSE_BIAS,   BENCH_VAR_REF};
 
 static const size_t BASELINE_BUDGET = (size_t)1 << 30; /* 1 GiB */
 
 static int is_lib(int var)
 {
-    return var <= BENCH_VAR_AUTO;
+    return var <= BENCH_VAR_AUTO || var == BENCH_VAR_DENSE_BIAS ||
+           var == BENCH_VAR_REF;
+}
+
+/* Does the variant belong to the shape's table? The two comparison
+ * variants exist for windowed shapes only. */
+static int applies(const bench_shape *s, int var)
+{
+    if (var == BENCH_VAR_DENSE_BIAS)
+        return s->dense_bias;
+    if (var == BENCH_VAR_REF)
+        return s->ref != NULL;
+    return 1;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -96,6 +120,8 @@ static void usage(FILE *f)
             "[--threads 1,2]\n"
             "                  [--mem-budget-mib M] [--seed S] "
             "[--block-seconds X]\n"
+            "                  [--block-q N] [--block-k N] [--variants "
+            "LIST]\n"
             "  --json            machine-readable output on stdout (progress "
             "stays on stderr)\n"
             "  --only LIST       shapes to run (default: all, in the order "
@@ -113,6 +139,18 @@ static void usage(FILE *f)
             "  --mem-budget-mib  libsdpa paths whose workspace exceeds it are "
             "n/a (default 4096)\n"
             "  --seed S          input PRNG seed (default 20240607)\n"
+            "  --block-q N, --block-k N  SDPA_OPT_BLOCK_Q / SDPA_OPT_BLOCK_K "
+            "on the contexts\n"
+            "                    of the libsdpa path variants (default 0: "
+            "the library's);\n"
+            "                    not on W's comparisons (dense bias, ref "
+            "sdpa auto)\n"
+            "  --variants LIST   variants to run and time (default all): "
+            "materialised,tiled,\n"
+            "                    decode,auto,bare,naive,dense,ref; the naive "
+            "program still runs\n"
+            "                    once untimed, as the reference of the "
+            "max|diff| check\n"
             "dRSS is each variant's own peak (VmHWM is reset through "
             "/proc/self/clear_refs);\n"
             "where the kernel refuses that, run '--only L' so the process "
@@ -120,6 +158,9 @@ static void usage(FILE *f)
             "L runs once per variant and dominates the time (about 10 of "
             "15 minutes on 2 cores);\n"
             "'--only A,B,C,D,E,F,G,G8,H' gives the rest in about 5.\n"
+            "W (sliding window) adds 'sdpa dense bias' (a 1 GiB bias) and "
+            "'ref sdpa auto'\n"
+            "(A's call) in its own rounds and prints W/A and W/dense.\n"
             "shapes:\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %-3s %s [%s]%s\n", s[i].name, s[i].what,
@@ -171,6 +212,32 @@ static int selected(const char *list, const char *name)
     return 0;
 }
 
+/* --variants names, in BENCH_VAR_* order. */
+static const char *const variant_keys[BENCH_VAR_COUNT] = {
+    "materialised", "tiled", "decode", "auto", "bare", "naive", "dense", "ref"};
+
+static int parse_variants(const char *list, options *o)
+{
+    char buf[256];
+    if (strlen(list) >= sizeof buf)
+        return -1;
+    strcpy(buf, list);
+    o->timed = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (int v = 0; v < BENCH_VAR_COUNT; v++)
+            if (strcasecmp(tok, variant_keys[v]) == 0)
+                o->timed |= 1u << v, found = 1;
+        if (!found) {
+            fprintf(stderr, "sdpa-bench: unknown variant '%s'\n", tok);
+            return -1;
+        }
+    }
+    return o->timed ? 0 : -1;
+}
+
 static int check_only(const char *list)
 {
     size_t n;
@@ -202,6 +269,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->mem_budget = (size_t)4096 << 20;
     o->seed = 20240607u;
     o->block_seconds = 2.0;
+    o->timed = (1u << BENCH_VAR_COUNT) - 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -239,6 +307,15 @@ static int parse_args(int argc, char **argv, options *o)
             if (parse_int(val, 0, 2147483647L, &v))
                 return -1;
             o->seed = (uint64_t)v, i++;
+        } else if (!strcmp(a, "--variants")) {
+            if (parse_variants(val, o))
+                return -1;
+            i++;
+        } else if (!strcmp(a, "--block-q") || !strcmp(a, "--block-k")) {
+            if (parse_int(val, 0, 1L << 20, &v))
+                return -1;
+            *(strcmp(a, "--block-q") ? &o->block_k : &o->block_q) = v;
+            i++;
         } else if (!strcmp(a, "--block-seconds")) {
             char *end;
             double x = strtod(val, &end);
@@ -272,8 +349,9 @@ static void lib_fail(variant *v, int status, const char *where)
 
 /* Run the variant once; returns its time, or a negative value on failure
  * (the note then says why). */
-static double run_once(variant *v, const bench_data *d)
+static double run_once(variant *v)
 {
+    const bench_data *d = v->data;
     /* T threads means T cores for every variant: the baselines get T
      * OpenBLAS threads; libsdpa runs T workers of its own with OpenBLAS at
      * T threads too, or at --lib-blas-threads. Only this harness sets
@@ -283,8 +361,10 @@ static double run_once(variant *v, const bench_data *d)
                                                      : v->row.threads);
     double t0 = bench_now();
     if (lib) {
-        int st = sdpa_forward(v->ctx, &d->args);
+        double c0 = bench_cpu_now();
+        int st = sdpa_forward(v->ctx, v->args);
         double t = bench_now() - t0;
+        v->last_cpu = bench_cpu_now() - c0;
         if (st != SDPA_OK) {
             lib_fail(v, st, "sdpa_forward");
             return -1.0;
@@ -304,8 +384,7 @@ static double run_once(variant *v, const bench_data *d)
 }
 
 /* Create, configure and size the libsdpa context; 0 when it may run. */
-static int lib_prepare(variant *v, const bench_data *d, int threads,
-                       const options *o)
+static int lib_prepare(variant *v, int threads, const options *o)
 {
     int st = sdpa_ctx_create(&v->ctx);
     if (st != SDPA_OK) {
@@ -322,8 +401,18 @@ static int lib_prepare(variant *v, const bench_data *d, int threads,
         lib_fail(v, st, "SDPA_OPT_PATH");
         return -1;
     }
+    /* tile options: the path variants only; the comparison calls stand for
+     * the calls the window is compared with, as the library ships them */
+    const int64_t blocks[2][2] = {{SDPA_OPT_BLOCK_Q, o->block_q},
+                                  {SDPA_OPT_BLOCK_K, o->block_k}};
+    for (int k = 0; k < 2 && v->row.variant <= BENCH_VAR_AUTO; k++)
+        if (blocks[k][1] && (st = sdpa_ctx_set_int(v->ctx, (int)blocks[k][0],
+                                                   blocks[k][1])) != SDPA_OK) {
+            lib_fail(v, st, k ? "SDPA_OPT_BLOCK_K" : "SDPA_OPT_BLOCK_Q");
+            return -1;
+        }
     size_t ws = 0;
-    st = sdpa_forward_workspace(v->ctx, &d->args, &ws);
+    st = sdpa_forward_workspace(v->ctx, v->args, &ws);
     if (st != SDPA_OK) {
         lib_fail(v, st, "sdpa_forward_workspace");
         return -1;
@@ -341,16 +430,21 @@ static int lib_prepare(variant *v, const bench_data *d, int threads,
 
 /* The setup run: allocation and first call under a fresh VmHWM, then the
  * correctness check of libsdpa variants against the naive output. */
-static void setup(variant *v, const bench_data *d, int threads,
-                  const options *o, int reset_ok)
+static void setup(variant *v, int threads, const options *o, int reset_ok)
 {
+    const bench_data *d = v->data;
     const bench_shape *s = d->shape;
+    if (v->row.variant == BENCH_VAR_BARE && s->window) {
+        snprintf(v->row.note, sizeof v->row.note,
+                 "n/a (a band: the full-square gemms bound nothing)");
+        return;
+    }
     if (reset_ok)
         bench_mem_reset_peak();
     int64_t rss0 = reset_ok ? bench_mem_rss() : bench_mem_hwm();
     v->live = 1;
     if (is_lib(v->row.variant)) {
-        if (lib_prepare(v, d, threads, o))
+        if (lib_prepare(v, threads, o))
             return;
         /* all-ones bytes are a NaN in both dtypes: an output the path
          * forgets to write cannot pass the check */
@@ -362,11 +456,16 @@ static void setup(variant *v, const bench_data *d, int threads,
         return;
     } else {
         v->row.workspace = (int64_t)v->bl.s_bytes;
-        if (v->bl.row_block < s->tq)
+        if (s->window)
+            snprintf(v->row.note, sizeof v->row.note,
+                     "banded: blocks of %lld rows, each against its key "
+                     "range only",
+                     (long long)v->bl.row_block);
+        else if (v->bl.row_block < s->tq)
             snprintf(v->row.note, sizeof v->row.note,
                      "query blocks of %lld rows", (long long)v->bl.row_block);
     }
-    v->cold_s = run_once(v, d);
+    v->cold_s = run_once(v);
     int64_t hwm = bench_mem_hwm();
     if (v->cold_s < 0)
         return;
@@ -390,17 +489,32 @@ static void setup(variant *v, const bench_data *d, int threads,
     }
 }
 
+/* What the rows of a windowed shape's block measure. */
+static void window_note(bench_row *row, const bench_data *d)
+{
+    const bench_shape *s = d->shape;
+    if (row->variant == BENCH_VAR_DENSE_BIAS)
+        snprintf(row->note, sizeof row->note,
+                 "window as a [1,1,%lld,%lld] bias 0/-inf (%.0f MiB), no "
+                 "window flag; default tiles",
+                 (long long)s->tq, (long long)s->tk,
+                 (double)d->bias_bytes / BENCH_MIB);
+    else if (row->variant == BENCH_VAR_REF)
+        snprintf(row->note, sizeof row->note,
+                 "%s's sdpa auto in %s's rounds; default tiles", s->ref,
+                 s->name);
+}
+
 /* Rounds to time: --reps, or adaptive from one untimed warm round (scratch
  * already held, caches and thread pools warm): about --block-seconds per
  * (shape, threads) block, at least 5 and at most 200 rounds. */
-static int choose_reps(const bench_shape *s, variant *vars, const bench_data *d,
-                       const options *o)
+static int choose_reps(const bench_shape *s, variant *vars, const options *o)
 {
     if (s->max_reps == 1)
         return 1;
     double round = 0.0;
     for (int i = 0; i < BENCH_VAR_COUNT; i++)
-        if (vars[i].live && (vars[i].warm_s = run_once(&vars[i], d)) > 0)
+        if (vars[i].live && (vars[i].warm_s = run_once(&vars[i])) > 0)
             round += vars[i].warm_s;
     int reps = o->reps;
     if (reps == 0) {
@@ -413,16 +527,28 @@ static int choose_reps(const bench_shape *s, variant *vars, const bench_data *d,
 /* ---- one (shape, threads) block --------------------------------------------
  */
 
-/* `prev`: the rows of this shape's previous block, or NULL. */
-static int run_block(const bench_data *d, int threads, const options *o,
-                     const bench_env *env, const bench_row *prev,
-                     bench_row *out)
+/* One (shape, threads) block. `ref`: the data of the shape's ref (its
+ * output already checked against its naive program), or NULL. `prev`: the
+ * `nprev` rows of this shape's previous block, or NULL. `done`: the
+ * `ndone` rows of earlier blocks (the ref's own block, for the ratios).
+ * Writes the block's rows to `out` (*nout of them) and, for windowed
+ * shapes, *ratio (ratio->shape stays NULL otherwise). Returns the number
+ * of warnings. */
+static int run_block(const bench_data *d, const bench_data *ref, int threads,
+                     const options *o, const bench_env *env,
+                     const bench_row *prev, size_t nprev, const bench_row *done,
+                     size_t ndone, bench_row *out, size_t *nout,
+                     bench_ratio *ratio)
 {
     const bench_shape *s = d->shape;
     variant vars[BENCH_VAR_COUNT];
     memset(vars, 0, sizeof vars);
     for (int i = 0; i < BENCH_VAR_COUNT; i++) {
-        vars[i].row.shape = s;
+        vars[i].data = i == BENCH_VAR_REF && ref ? ref : d;
+        vars[i].args =
+            i == BENCH_VAR_DENSE_BIAS ? &d->dense_args : &vars[i].data->args;
+        vars[i].row.shape = vars[i].data->shape;
+        vars[i].row.block = s;
         vars[i].row.threads = threads;
         vars[i].row.variant = i;
         vars[i].row.workspace = -1;
@@ -433,9 +559,24 @@ static int run_block(const bench_data *d, int threads, const options *o,
     fprintf(stderr, "[%s thr=%d] setup:", s->name, threads);
     for (int k = 0; k < BENCH_VAR_COUNT; k++) {
         variant *v = &vars[setup_order[k]];
+        if (!applies(s, v->row.variant))
+            continue;
         fprintf(stderr, " %s", bench_variant_name(v->row.variant));
+        if (!(o->timed & (1u << v->row.variant)) &&
+            v->row.variant != BENCH_VAR_NAIVE &&
+            !(v->row.variant == BENCH_VAR_BARE && s->window)) {
+            snprintf(v->row.note, sizeof v->row.note, "not run (--variants)");
+            fprintf(stderr, " -;");
+            continue;
+        }
+        if (v->row.variant == BENCH_VAR_REF && !ref) {
+            snprintf(v->row.note, sizeof v->row.note,
+                     "n/a (no inputs for shape %s)", s->ref);
+            fprintf(stderr, " -;");
+            continue;
+        }
         if (prev && s->max_reps == 1 && !is_lib(v->row.variant)) {
-            for (int j = 0; j < BENCH_VAR_COUNT; j++)
+            for (size_t j = 0; j < nprev; j++)
                 if (prev[j].variant == v->row.variant)
                     v->row = prev[j];
             v->row.threads = threads;
@@ -448,16 +589,23 @@ static int run_block(const bench_data *d, int threads, const options *o,
             fprintf(stderr, " reused;");
             continue;
         }
-        setup(v, d, threads, o, env->peak_reset_ok);
+        setup(v, threads, o, env->peak_reset_ok);
         fprintf(stderr, v->live ? " %.3fs;" : " -;", v->cold_s);
+        if (v->live && !(o->timed & (1u << v->row.variant))) {
+            /* the naive reference, run once but not timed */
+            v->live = 0;
+            snprintf(v->row.note, sizeof v->row.note,
+                     "reference only, not timed (--variants)");
+        }
     }
-    int reps = choose_reps(s, vars, d, o);
+    int reps = choose_reps(s, vars, o);
     fprintf(stderr, " -> %d timed round%s\n", reps, reps == 1 ? "" : "s");
 
     int warnings = 0;
     for (int i = 0; i < BENCH_VAR_COUNT; i++) {
         vars[i].times = calloc((size_t)reps, sizeof(double));
-        if (!vars[i].times)
+        vars[i].cpu_times = calloc((size_t)reps, sizeof(double));
+        if (!vars[i].times || !vars[i].cpu_times)
             vars[i].live = 0;
     }
 
@@ -465,6 +613,7 @@ static int run_block(const bench_data *d, int threads, const options *o,
         for (int i = 0; i < BENCH_VAR_COUNT; i++)
             if (vars[i].live) {
                 vars[i].times[0] = vars[i].cold_s;
+                vars[i].cpu_times[0] = vars[i].last_cpu;
                 vars[i].row.reps = 1;
                 vars[i].row.ok = 1;
             }
@@ -478,9 +627,11 @@ static int run_block(const bench_data *d, int threads, const options *o,
                 variant *v = &vars[live[(k + r) % nlive]];
                 if (!v->live)
                     continue;
-                double t = run_once(v, d);
-                if (t >= 0)
+                double t = run_once(v);
+                if (t >= 0) {
+                    v->cpu_times[v->row.reps] = v->last_cpu;
                     v->times[v->row.reps++] = t;
+                }
             }
         for (int i = 0; i < BENCH_VAR_COUNT; i++)
             if (!vars[i].reused)
@@ -498,7 +649,14 @@ static int run_block(const bench_data *d, int threads, const options *o,
                             ? vars[i].times[row->reps / 2]
                             : 0.5 * (vars[i].times[row->reps / 2 - 1] +
                                      vars[i].times[row->reps / 2]);
-        row->gflops = bench_shape_flops(s) / row->median_s / 1e9;
+        row->gflops = bench_shape_flops(row->shape) / row->median_s / 1e9;
+        if (is_lib(i)) {
+            double *c = vars[i].cpu_times;
+            qsort(c, (size_t)row->reps, sizeof(double), cmp_double);
+            row->cpu_median_s =
+                row->reps % 2 ? c[row->reps / 2]
+                              : 0.5 * (c[row->reps / 2 - 1] + c[row->reps / 2]);
+        }
         if (s->decode) {
             /* every variant of the block uses `threads` cores */
             double bw = env->bw[threads >= 2 ? 1 : 0];
@@ -509,7 +667,7 @@ static int run_block(const bench_data *d, int threads, const options *o,
     const bench_row *bare = &vars[BENCH_VAR_BARE].row;
     for (int i = 0; i < BENCH_VAR_COUNT; i++) {
         bench_row *row = &vars[i].row;
-        if (row->ok && bare->ok && i != BENCH_VAR_BARE)
+        if (row->ok && bare->ok && i != BENCH_VAR_BARE && i != BENCH_VAR_REF)
             row->ratio_bare = row->median_s / bare->median_s;
         if (row->ok && s->max_reps == 1 && is_lib(i) && !row->note[0])
             snprintf(row->note, sizeof row->note,
@@ -526,6 +684,8 @@ static int run_block(const bench_data *d, int threads, const options *o,
                              len ? "; " : "", extra[e]);
             }
         }
+        if (row->ok && !row->note[0])
+            window_note(row, d);
         warnings += row->diff_bad || strncmp(row->note, "ERROR", 5) == 0;
     }
 
@@ -533,12 +693,40 @@ static int run_block(const bench_data *d, int threads, const options *o,
         bench_report_shape(s, threads, reps);
     static const int print_order[BENCH_VAR_COUNT] = {
         BENCH_VAR_MATERIALISED, BENCH_VAR_TILED, BENCH_VAR_DECODE,
-        BENCH_VAR_AUTO,         BENCH_VAR_BARE,  BENCH_VAR_NAIVE};
+        BENCH_VAR_AUTO,         BENCH_VAR_BARE,  BENCH_VAR_NAIVE,
+        BENCH_VAR_DENSE_BIAS,   BENCH_VAR_REF};
+    *nout = 0;
     for (int k = 0; k < BENCH_VAR_COUNT; k++) {
+        if (!applies(s, print_order[k]))
+            continue;
         const bench_row *row = &vars[print_order[k]].row;
-        out[k] = *row;
+        out[(*nout)++] = *row;
         if (!o->json)
             bench_report_row(row);
+    }
+
+    if (s->ref || s->dense_bias) {
+        const bench_row *auto_row = &vars[BENCH_VAR_AUTO].row;
+        const bench_row *ref_row = &vars[BENCH_VAR_REF].row;
+        const bench_row *dense_row = &vars[BENCH_VAR_DENSE_BIAS].row;
+        memset(ratio, 0, sizeof *ratio);
+        ratio->shape = s;
+        ratio->ref = s->ref ? bench_shape_find(s->ref) : NULL;
+        ratio->threads = threads;
+        ratio->shape_s = auto_row->ok ? auto_row->median_s : 0.0;
+        ratio->ref_s = s->ref && ref_row->ok ? ref_row->median_s : 0.0;
+        ratio->dense_s =
+            s->dense_bias && dense_row->ok ? dense_row->median_s : 0.0;
+        ratio->shape_cpu_s = auto_row->ok ? auto_row->cpu_median_s : 0.0;
+        ratio->ref_cpu_s = s->ref && ref_row->ok ? ref_row->cpu_median_s : 0.0;
+        ratio->dense_cpu_s =
+            s->dense_bias && dense_row->ok ? dense_row->cpu_median_s : 0.0;
+        for (size_t j = 0; j < ndone && ratio->ref; j++)
+            if (done[j].shape == ratio->ref && done[j].threads == threads &&
+                done[j].variant == BENCH_VAR_AUTO && done[j].ok)
+                ratio->ref_own_s = done[j].median_s;
+        if (!o->json)
+            bench_report_ratio(env, ratio);
     }
     if (!o->json)
         fflush(stdout);
@@ -547,12 +735,33 @@ static int run_block(const bench_data *d, int threads, const options *o,
         sdpa_ctx_destroy(vars[i].ctx);
         bench_baseline_free(&vars[i].bl);
         free(vars[i].times);
+        free(vars[i].cpu_times);
     }
     return warnings;
 }
 
 /* ---- main -------------------------------------------------------------------
  */
+
+/* Inputs of a windowed shape's ref (A) and their naive output, the reference
+ * its "ref sdpa auto" runs are checked against. 1 when ready. */
+static int prepare_ref(bench_data *ref, const bench_shape *rs, uint64_t seed)
+{
+    bench_baseline bl;
+    if (!rs || bench_data_init(ref, rs, seed))
+        return 0;
+    if (bench_baseline_init(&bl, rs, BASELINE_BUDGET)) {
+        bench_data_free(ref);
+        return 0;
+    }
+    int st = bench_naive(ref, &bl);
+    bench_baseline_free(&bl);
+    if (st != 0) {
+        bench_data_free(ref);
+        return 0;
+    }
+    return 1;
+}
 
 /* Touch OpenBLAS once (its buffers and threads come up on the first call)
  * so that no variant's peak memory includes them. */
@@ -598,12 +807,13 @@ int main(int argc, char **argv)
 
     size_t nshapes;
     const bench_shape *shapes = bench_shapes(&nshapes);
-    int any_decode = 0;
+    int any_decode = 0, env_window = 0;
     size_t nsel = 0;
     for (size_t i = 0; i < nshapes; i++)
         if (selected(o.only, shapes[i].name)) {
             nsel++;
             any_decode |= shapes[i].decode;
+            env_window |= shapes[i].window;
         }
 
     bench_env env;
@@ -616,6 +826,9 @@ int main(int argc, char **argv)
     env.mem_budget = o.mem_budget;
     env.baseline_budget = BASELINE_BUDGET;
     env.seed = o.seed;
+    env.block_q = o.block_q;
+    env.block_k = o.block_k;
+    env.any_window = env_window;
     env.kernel = -1;
     {
         sdpa_ctx *probe = NULL;
@@ -638,34 +851,50 @@ int main(int argc, char **argv)
 
     size_t cap = nsel * (size_t)o.nthreads * BENCH_VAR_COUNT;
     bench_row *rows = calloc(cap ? cap : 1, sizeof *rows);
-    if (!rows)
+    bench_ratio *ratios = calloc(cap ? cap : 1, sizeof *ratios);
+    if (!rows || !ratios)
         return 1;
-    size_t nrows = 0;
+    size_t nrows = 0, nratios = 0;
     int warnings = 0;
     for (size_t i = 0; i < nshapes; i++) {
         const bench_shape *s = &shapes[i];
         if (!selected(o.only, s->name))
             continue;
-        bench_data d;
+        bench_data d, ref;
+        int have_ref = 0;
         fprintf(stderr, "[%s] generating inputs\n", s->name);
         if (bench_data_init(&d, s, o.seed)) {
             fprintf(stderr, "sdpa-bench: out of memory for shape %s\n",
                     s->name);
             continue;
         }
-        for (int t = 0; t < o.nthreads; t++) {
-            const bench_row *prev = t ? rows + nrows - BENCH_VAR_COUNT : NULL;
-            warnings +=
-                run_block(&d, o.threads[t], &o, &env, prev, rows + nrows);
-            nrows += BENCH_VAR_COUNT;
+        if (s->ref) {
+            fprintf(stderr, "[%s] inputs and naive reference of %s\n", s->name,
+                    s->ref);
+            have_ref = prepare_ref(&ref, bench_shape_find(s->ref), o.seed);
         }
+        size_t block_start = 0, block_rows = 0;
+        for (int t = 0; t < o.nthreads; t++) {
+            const bench_row *prev = t ? rows + block_start : NULL;
+            bench_ratio ratio = {0};
+            block_start = nrows;
+            warnings += run_block(&d, have_ref ? &ref : NULL, o.threads[t], &o,
+                                  &env, prev, block_rows, rows, nrows,
+                                  rows + nrows, &block_rows, &ratio);
+            nrows += block_rows;
+            if (ratio.shape)
+                ratios[nratios++] = ratio;
+        }
+        if (have_ref)
+            bench_data_free(&ref);
         bench_data_free(&d);
     }
 
     if (o.json)
-        bench_report_json(&env, rows, nrows);
+        bench_report_json(&env, rows, nrows, ratios, nratios);
     else
         bench_report_footer(&env, warnings);
     free(rows);
+    free(ratios);
     return warnings ? 1 : 0;
 }

@@ -8,8 +8,9 @@
 const char *bench_variant_name(int variant)
 {
     static const char *const names[BENCH_VAR_COUNT] = {
-        "sdpa materialised", "sdpa tiled", "sdpa decode",
-        "sdpa auto",         "bare gemms", "naive 3-call"};
+        "sdpa materialised", "sdpa tiled",   "sdpa decode",
+        "sdpa auto",         "bare gemms",   "naive 3-call",
+        "sdpa dense bias",   "ref sdpa auto"};
     return variant >= 0 && variant < BENCH_VAR_COUNT ? names[variant] : "?";
 }
 
@@ -67,7 +68,29 @@ void bench_report_header(const bench_env *env)
     printf("flop = 2*Hq*Tq*(Dk+Dv)*sum_b(kv_len_b), halved when causal; the "
            "same count for every variant.\n"
            "x bare = median / median of the bare gemms (full Tk, full "
-           "square) at the same row of the suite.\n\n");
+           "square) at the same row of the suite.\n");
+    if (env->any_window)
+        printf("Windowed shapes (W): flop = 2*Hq*(Dk+Dv)*(allowed scores: "
+               "per row the keys the window\n"
+               "  and causality allow), not halved. No bare gemms (a band); "
+               "the naive program is banded.\n"
+               "  'sdpa dense bias' = the same call with the window given as "
+               "a dense -inf bias, no window\n"
+               "  flag; 'ref sdpa auto' = the ref shape's (A's) call, timed "
+               "in W's rounds. Both at the\n"
+               "  library's default tiles; W/A and W/dense below each W "
+               "block are ratios of sdpa auto medians,\n"
+               "  wall clock, then process CPU time (no waiting for the cores "
+               "of a busy machine; it sums\n"
+               "  all threads, so it stands for wall time only at 1 worker "
+               "with OpenBLAS at 1 thread).\n");
+    if (env->block_q || env->block_k)
+        printf("This run: SDPA_OPT_BLOCK_Q = %lld, SDPA_OPT_BLOCK_K = %lld "
+               "(0 = library default) on the\n"
+               "  libsdpa path variants (not on 'sdpa dense bias' and 'ref "
+               "sdpa auto').\n",
+               (long long)env->block_q, (long long)env->block_k);
+    printf("\n");
     printf("%-5s %3s %-17s %4s %10s %10s %8s %7s %9s %9s %9s %7s %5s  %s\n",
            "shape", "thr", "variant", "reps", "median_ms", "min_ms", "GFLOP/s",
            "x bare", "scrt_MiB", "dRSS_MiB", "max|diff|", "KV_GB/s", "%bw",
@@ -120,6 +143,69 @@ void bench_report_row(const bench_row *r)
     printf("  %s\n", r->note);
 }
 
+/* "met" / "NOT met" for a measured ratio against its target. */
+static const char *verdict(int met)
+{
+    return met ? "met" : "NOT met";
+}
+
+void bench_report_ratio(const bench_env *env, const bench_ratio *r)
+{
+    const bench_shape *s = r->shape;
+    char tiles[64] = "default tiles";
+    if (env->block_q || env->block_k)
+        snprintf(tiles, sizeof tiles, "BLOCK_Q %lld, BLOCK_K %lld",
+                 (long long)env->block_q, (long long)env->block_k);
+    if (r->ref) {
+        double scores = bench_shape_allowed_scores(s) * (double)s->hq;
+        double ref_scores =
+            bench_shape_allowed_scores(r->ref) * (double)r->ref->hq;
+        printf("   %s/%s = ", s->name, r->ref->name);
+        if (r->shape_s > 0 && r->ref_s > 0) {
+            double x = r->shape_s / r->ref_s;
+            printf("%.2f  (sdpa auto %.3f ms / ref sdpa auto %.3f ms, same "
+                   "rounds, %s; target <= %.0f: %s)\n",
+                   x, r->shape_s * 1e3, r->ref_s * 1e3, tiles, s->ref_target,
+                   verdict(x <= s->ref_target));
+        } else {
+            printf("n/a (not measured)\n");
+        }
+        printf("        allowed scores %s/%s = %.2f", s->name, r->ref->name,
+               scores / ref_scores);
+        if (r->shape_s > 0 && r->ref_own_s > 0)
+            printf("; against %s's own block (%.3f ms): %.2f", r->ref->name,
+                   r->ref_own_s * 1e3, r->shape_s / r->ref_own_s);
+        printf("\n");
+    }
+    if (s->dense_bias) {
+        printf("   %s/dense = ", s->name);
+        if (r->shape_s > 0 && r->dense_s > 0) {
+            double x = r->dense_s / r->shape_s;
+            printf("%.4f  (dense bias %.1f ms: the window %.1fx faster; "
+                   "target >= %.0fx: %s)\n",
+                   r->shape_s / r->dense_s, r->dense_s * 1e3, x,
+                   s->dense_target, verdict(x >= s->dense_target));
+        } else {
+            printf("n/a (not measured)\n");
+        }
+    }
+    if (r->shape_cpu_s > 0 && (r->ref_cpu_s > 0 || r->dense_cpu_s > 0)) {
+        printf("   process CPU time: %s %.3f ms", s->name,
+               r->shape_cpu_s * 1e3);
+        if (r->ref && r->ref_cpu_s > 0)
+            printf(", %s/%s = %.2f (%s: %.3f ms; %s)", s->name, r->ref->name,
+                   r->shape_cpu_s / r->ref_cpu_s, r->ref->name,
+                   r->ref_cpu_s * 1e3,
+                   verdict(r->shape_cpu_s / r->ref_cpu_s <= s->ref_target));
+        if (s->dense_bias && r->dense_cpu_s > 0)
+            printf(", %s/dense = %.4f (%.1fx; %s)", s->name,
+                   r->shape_cpu_s / r->dense_cpu_s,
+                   r->dense_cpu_s / r->shape_cpu_s,
+                   verdict(r->dense_cpu_s / r->shape_cpu_s >= s->dense_target));
+        printf("\n");
+    }
+}
+
 void bench_report_footer(const bench_env *env, int warnings)
 {
     (void)env;
@@ -160,8 +246,84 @@ static void json_number(double x)
         printf("null");
 }
 
+/* "window_ratios": one object per windowed (shape, threads) block. */
+static void json_ratios(const bench_env *env, const bench_ratio *ratios,
+                        size_t n)
+{
+    printf(",\n  \"window_ratios\": [");
+    for (size_t i = 0; i < n; i++) {
+        const bench_ratio *r = &ratios[i];
+        const bench_shape *s = r->shape;
+        printf("%s\n    {\"shape\": ", i ? "," : "");
+        json_string(s->name);
+        printf(", \"threads\": %d, \"block_q\": %lld, \"block_k\": %lld, "
+               "\"median_ms\": ",
+               r->threads, (long long)env->block_q, (long long)env->block_k);
+        json_number(r->shape_s > 0 ? r->shape_s * 1e3 : NAN);
+        if (r->ref) {
+            int ok = r->shape_s > 0 && r->ref_s > 0;
+            double x = ok ? r->shape_s / r->ref_s : NAN;
+            printf(", \"ref\": ");
+            json_string(r->ref->name);
+            printf(", \"ref_median_ms\": ");
+            json_number(r->ref_s > 0 ? r->ref_s * 1e3 : NAN);
+            printf(", \"allowed_scores_ratio\": ");
+            json_number(
+                bench_shape_allowed_scores(s) * (double)s->hq /
+                (bench_shape_allowed_scores(r->ref) * (double)r->ref->hq));
+            printf(", \"ratio_to_ref\": ");
+            json_number(x);
+            printf(", \"ratio_to_ref_target_max\": ");
+            json_number(s->ref_target);
+            printf(", \"ratio_to_ref_met\": %s",
+                   ok ? (x <= s->ref_target ? "true" : "false") : "null");
+            printf(", \"ref_own_block_median_ms\": ");
+            json_number(r->ref_own_s > 0 ? r->ref_own_s * 1e3 : NAN);
+            printf(", \"ratio_to_ref_own_block\": ");
+            json_number(r->shape_s > 0 && r->ref_own_s > 0
+                            ? r->shape_s / r->ref_own_s
+                            : NAN);
+        }
+        if (s->dense_bias) {
+            int ok = r->shape_s > 0 && r->dense_s > 0;
+            double x = ok ? r->dense_s / r->shape_s : NAN;
+            printf(", \"dense_median_ms\": ");
+            json_number(r->dense_s > 0 ? r->dense_s * 1e3 : NAN);
+            printf(", \"ratio_to_dense\": ");
+            json_number(ok ? r->shape_s / r->dense_s : NAN);
+            printf(", \"dense_speedup\": ");
+            json_number(x);
+            printf(", \"dense_speedup_target_min\": ");
+            json_number(s->dense_target);
+            printf(", \"dense_speedup_met\": %s",
+                   ok ? (x >= s->dense_target ? "true" : "false") : "null");
+        }
+        /* the same medians in process CPU time */
+        printf(", \"cpu_median_ms\": ");
+        json_number(r->shape_cpu_s > 0 ? r->shape_cpu_s * 1e3 : NAN);
+        if (r->ref) {
+            printf(", \"cpu_ref_median_ms\": ");
+            json_number(r->ref_cpu_s > 0 ? r->ref_cpu_s * 1e3 : NAN);
+            printf(", \"cpu_ratio_to_ref\": ");
+            json_number(r->shape_cpu_s > 0 && r->ref_cpu_s > 0
+                            ? r->shape_cpu_s / r->ref_cpu_s
+                            : NAN);
+        }
+        if (s->dense_bias) {
+            printf(", \"cpu_dense_median_ms\": ");
+            json_number(r->dense_cpu_s > 0 ? r->dense_cpu_s * 1e3 : NAN);
+            printf(", \"cpu_ratio_to_dense\": ");
+            json_number(r->shape_cpu_s > 0 && r->dense_cpu_s > 0
+                            ? r->shape_cpu_s / r->dense_cpu_s
+                            : NAN);
+        }
+        putchar('}');
+    }
+    printf("\n  ]");
+}
+
 void bench_report_json(const bench_env *env, const bench_row *rows,
-                       size_t count)
+                       size_t count, const bench_ratio *ratios, size_t nratios)
 {
     printf("{\n  \"sdpa_version\": ");
     json_string(env->sdpa_version);
@@ -178,6 +340,9 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
            env->peak_reset_ok ? "true" : "false");
     printf("  \"workspace_budget_bytes\": %zu,\n  \"seed\": %llu,\n",
            env->mem_budget, (unsigned long long)env->seed);
+    if (env->block_q || env->block_k)
+        printf("  \"block_q\": %lld,\n  \"block_k\": %lld,\n",
+               (long long)env->block_q, (long long)env->block_k);
     printf("  \"rows\": [");
     for (size_t i = 0; i < count; i++) {
         const bench_row *r = &rows[i];
@@ -197,6 +362,14 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
             printf("], ");
         } else {
             printf("null, ");
+        }
+        if (s->window)
+            printf("\"window_left\": %lld, \"window_right\": %lld, ",
+                   (long long)s->window_left, (long long)s->window_right);
+        if (r->block && r->block != s) {
+            printf("\"in_block_of\": ");
+            json_string(r->block->name);
+            printf(", ");
         }
         printf("\"threads\": %d, \"variant\": ", r->threads);
         json_string(bench_variant_name(r->variant));
@@ -223,5 +396,8 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
         json_string(r->note);
         putchar('}');
     }
-    printf("\n  ]\n}\n");
+    printf("\n  ]");
+    if (nratios)
+        json_ratios(env, ratios, nratios);
+    printf("\n}\n");
 }

@@ -1,4 +1,6 @@
 /* The fixed benchmark suite (the speed issue's list) and its cost model. */
+#include <strings.h>
+
 #include "bench.h"
 
 /* Square self-attention, one dtype: Hq = Hkv, Tq = Tk, Dk = Dv. */
@@ -78,6 +80,28 @@ static const bench_shape suite[] = {
      .dk = 128,
      .dv = 128,
      .causal = SDPA_CAUSAL_TOP_LEFT},
+    /* 1.1's sliding window (Mistral-style): row i sees keys i-1024..i, i.e.
+     * min(i, 1024) + 1 of them; 15.5x A's allowed scores. Compared in the
+     * same rounds with A's call (target W/A <= 18) and with the window
+     * given as a dense -inf bias (target: the window >= 10x faster). */
+    {.name = "W",
+     .what = "N=1 H=8 T=16384 D=64 causal top-left, window left 1024 right 0",
+     .dtype = SDPA_FLOAT32,
+     .n = 1,
+     .hq = 8,
+     .hkv = 8,
+     .tq = 16384,
+     .tk = 16384,
+     .dk = 64,
+     .dv = 64,
+     .causal = SDPA_CAUSAL_TOP_LEFT,
+     .window = 1,
+     .window_left = 1024,
+     .window_right = 0,
+     .ref = "A",
+     .ref_target = 18.0,
+     .dense_bias = 1,
+     .dense_target = 10.0},
     {.name = "L",
      .what = "N=1 H=1 T=131072 D=64 causal top-left",
      .dtype = SDPA_FLOAT32,
@@ -98,9 +122,52 @@ const bench_shape *bench_shapes(size_t *count)
     return suite;
 }
 
+const bench_shape *bench_shape_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof suite / sizeof suite[0]; i++)
+        if (strcasecmp(suite[i].name, name) == 0)
+            return &suite[i];
+    return NULL;
+}
+
 int64_t bench_shape_kv_len(const bench_shape *s, int64_t b)
 {
     return s->has_kv_lens ? s->kv_lens[b] : s->tk;
+}
+
+static int64_t min_i64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+void bench_shape_allowed(const bench_shape *s, int64_t b, int64_t i,
+                         int64_t *start, int64_t *limit)
+{
+    const int64_t len = bench_shape_kv_len(s, b);
+    /* the diagonal causality and the window measure from */
+    const int64_t diag =
+        s->causal == SDPA_CAUSAL_TOP_LEFT ? i : i + (len - s->tq);
+    int64_t lo = 0, hi = len;
+    if (s->causal != SDPA_CAUSAL_NONE)
+        hi = min_i64(hi, diag + 1);
+    if (s->window && s->window_right >= 0)
+        hi = min_i64(hi, diag + s->window_right + 1);
+    if (s->window && s->window_left >= 0 && diag - s->window_left > 0)
+        lo = diag - s->window_left;
+    *start = lo;
+    *limit = hi;
+}
+
+double bench_shape_allowed_scores(const bench_shape *s)
+{
+    double pairs = 0.0;
+    for (int64_t b = 0; b < s->n; b++)
+        for (int64_t i = 0; i < s->tq; i++) {
+            int64_t lo, hi;
+            bench_shape_allowed(s, b, i, &lo, &hi);
+            pairs += hi > lo ? (double)(hi - lo) : 0.0;
+        }
+    return pairs;
 }
 
 static double sum_kv_len(const bench_shape *s)
@@ -113,6 +180,9 @@ static double sum_kv_len(const bench_shape *s)
 
 double bench_shape_flops(const bench_shape *s)
 {
+    if (s->window)
+        return 2.0 * (double)s->hq * (double)(s->dk + s->dv) *
+               bench_shape_allowed_scores(s);
     double f = 2.0 * (double)s->hq * (double)s->tq * (double)(s->dk + s->dv) *
                sum_kv_len(s);
     return s->causal != SDPA_CAUSAL_NONE ? f / 2.0 : f;

@@ -70,6 +70,37 @@ static void fill(void *x, const bench_shape *s, int64_t h, int64_t t,
     }
 }
 
+/* The window as a dense bias: one [Tq, Tk] matrix broadcast over N and H
+ * (shape [1, 1, Tq, Tk], strides 0 there), 0 where the window (and the
+ * causal mask) allow a key and -inf elsewhere. The band of batch item 0 is
+ * used for every item, which is exact when N = 1 or the band does not
+ * depend on the key length (top-left causal without kv_lens). The call
+ * is d->args without the window. */
+static int init_dense_bias(bench_data *d, const bench_shape *s)
+{
+    size_t el = bench_elem_size(s->dtype);
+    size_t count = (size_t)s->tq * (size_t)s->tk;
+    d->bias_bytes = count * el;
+    d->bias = alloc_zeroed(d->bias_bytes);
+    if (!d->bias)
+        return -1;
+    size_t i = 0;
+    for (int64_t r = 0; r < s->tq; r++) {
+        int64_t lo, hi;
+        bench_shape_allowed(s, 0, r, &lo, &hi);
+        for (int64_t c = 0; c < s->tk; c++, i++)
+            store(d->bias, i, c >= lo && c < hi ? 0.0 : -(double)INFINITY,
+                  s->dtype);
+    }
+    sdpa_forward_args a = d->args;
+    a.flags &= ~(uint32_t)SDPA_FLAG_WINDOW;
+    a.window_left = 0;
+    a.window_right = 0;
+    a.bias = (sdpa_tensor){d->bias, {1, 1, s->tq, s->tk}, {0, 0, s->tk, 1}};
+    d->dense_args = a;
+    return 0;
+}
+
 int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed)
 {
     memset(d, 0, sizeof *d);
@@ -104,7 +135,16 @@ int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed)
     a.k = sdpa_tensor_bhtd(d->k, s->n, s->hkv, s->tk, s->dk);
     a.v = sdpa_tensor_bhtd(d->v, s->n, s->hkv, s->tk, s->dv);
     a.out = sdpa_tensor_bhtd(d->out_lib, s->n, s->hq, s->tq, s->dv);
+    if (s->window) {
+        a.flags |= SDPA_FLAG_WINDOW;
+        a.window_left = s->window_left;
+        a.window_right = s->window_right;
+    }
     d->args = a;
+    if (s->dense_bias && init_dense_bias(d, s)) {
+        bench_data_free(d);
+        return -1;
+    }
     return 0;
 }
 
@@ -116,6 +156,7 @@ void bench_data_free(bench_data *d)
     free(d->out_lib);
     free(d->out_ref);
     free(d->out_bare);
+    free(d->bias);
     memset(d, 0, sizeof *d);
 }
 
