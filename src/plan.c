@@ -36,9 +36,10 @@
 #define CAUSAL_SMALL_TILES_BELOW 4096
 /* A left window bounds each row's keys: narrow row blocks waste less on
  * the band's two edges, long key blocks keep the gemms efficient. Shape W
- * (T = 16384, window 1024, causal, D = 64) measured, as W's time over shape
- * A's at 1 and 2 threads: 64×768 17.7–17.8, 64×1024 17.7–17.9, 256×512
- * (the causal default at this length) 19.2–19.6, 128×512 18.0–18.3. */
+ * (T = 16384, window 1024, causal, D = 64), W's time over shape A's at 1
+ * and 2 threads: 64×768, 96×512, 64×512, 64×1024 all 17.7–17.9 (within
+ * noise of each other), 128×512 18.0–18.3, 256×512 (the causal default at
+ * this length) about 19.4. */
 #define WINDOW_BLOCK_Q 64
 #define WINDOW_BLOCK_K 768
 /* When the BLAS runs its own threads, tiles small enough that every gemm
