@@ -148,14 +148,21 @@ enum {
     SDPA_ERR_OUT_OF_MEMORY = 20, /* the allocator returned NULL */
     SDPA_ERR_UNSUPPORTED = 21,   /* forced kernel/path not usable here */
     /* 1.1 */
-    SDPA_ERR_BAD_WINDOW = 22,      /* window extents below -1, or set
-                                      without SDPA_FLAG_WINDOW */
-    SDPA_ERR_BAD_ALIBI = 23,       /* an ALiBi slope (or max_bias) NaN or
-                                      infinite */
-    SDPA_ERR_BAD_SINK = 24,        /* a sink logit NaN or infinite */
-    SDPA_ERR_BAD_LOGITS_STAGE = 25 /* logits_stage not an SDPA_LOGITS_*
-                                      value, or set without the logits
-                                      tensor (or the tensor without it) */
+    SDPA_ERR_BAD_WINDOW = 22,       /* window extents below -1, or set
+                                       without SDPA_FLAG_WINDOW */
+    SDPA_ERR_BAD_ALIBI = 23,        /* an ALiBi slope (or max_bias) NaN or
+                                       infinite */
+    SDPA_ERR_BAD_SINK = 24,         /* a sink logit NaN or infinite */
+    SDPA_ERR_BAD_LOGITS_STAGE = 25, /* logits_stage not an SDPA_LOGITS_*
+                                       value, or set without the logits
+                                       tensor (or the tensor without it) */
+    /* 1.1 */
+    SDPA_ERR_BAD_PAGE = 26,    /* paged K/V: a block_table entry outside
+                                  the pool, pages_per_seq or
+                                  block_table_stride out of range, or set
+                                  without block_table */
+    SDPA_ERR_PARALLEL_FOR = 27 /* the caller's parallel-for broke its
+                                  contract (during compute) */
 };
 
 /* A short fixed description of a status; never NULL (unknown codes get
@@ -206,7 +213,8 @@ SDPA_API const char *sdpa_ctx_last_error(const sdpa_ctx *ctx);
  * option's default is value 0 or the value stated. */
 enum {
     SDPA_OPT_EMPTY_ROWS = 1,    /* SDPA_EMPTY_ROWS_*; default ERROR */
-    SDPA_OPT_NUM_THREADS = 2,   /* worker threads, 1..256; default 1 */
+    SDPA_OPT_NUM_THREADS = 2,   /* worker threads, 1..256, or
+                                   SDPA_NUM_THREADS_ALL; default 1 */
     SDPA_OPT_KERNEL = 3,        /* SDPA_KERNEL_*; default AUTO */
     SDPA_OPT_PATH = 4,          /* SDPA_PATH_*; default AUTO */
     SDPA_OPT_SCRATCH_LIMIT = 5, /* score bytes per worker the materialised
@@ -239,7 +247,11 @@ enum {
     SDPA_PATH_AUTO = 0,
     SDPA_PATH_MATERIALISED = 1, /* whole Tq×Tk score rows per slice */
     SDPA_PATH_TILED = 2,        /* key blocks with an online softmax */
-    SDPA_PATH_DECODE = 3        /* few queries per KV head, split keys */
+    SDPA_PATH_DECODE = 3,       /* few queries per KV head, split keys;
+                                   1.1: read by the library's own
+                                   streaming kernels */
+    SDPA_PATH_DECODE_BLAS = 4   /* 1.1: the decode path with CBLAS gemv /
+                                   gemm products (1.0's decode path) */
 };
 
 /* Set / get an option. Unknown ids give SDPA_ERR_UNKNOWN_OPTION, values out
@@ -252,10 +264,49 @@ enum {
 SDPA_API int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value);
 SDPA_API int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option, int64_t *value);
 
+/* SDPA_OPT_NUM_THREADS value (1.1): as many workers as the CPUs this
+ * process may run on (sched_getaffinity, read at each call; at most 256).
+ * sdpa_ctx_get_int returns it as set. */
+enum { SDPA_NUM_THREADS_ALL = -1 };
+
+/* The caller's own threads (1.1). An engine with a thread pool of its own
+ * (XNNPACK's pthreadpool, ggml's threadpool) hands libsdpa a parallel-for,
+ * which a context then uses instead of starting workers of its own:
+ *
+ *   parallel_for(user, items, task, task_arg) must call
+ *   task(task_arg, i, worker) exactly once for every i in [0, items), from
+ *   any of its threads, where worker in [0, workers) names the thread
+ *   making the call (no two calls with the same worker at the same time:
+ *   each worker has its own scratch), and return after the last call has
+ *   returned. It may run everything on the calling thread (worker 0).
+ *
+ * Items are computed alike whichever worker takes them: results are
+ * bitwise identical to those of the context's own workers. A call whose
+ * plan has one item, or whose work is better left on one thread, does not
+ * call it. SDPA_OPT_NUM_THREADS is ignored while a parallel-for is set;
+ * scratch is held for `workers` workers. A parallel-for that breaks the
+ * contract (an item called twice or never, a worker index outside
+ * [0, workers)) makes the call fail with SDPA_ERR_PARALLEL_FOR, outputs
+ * unspecified. Setting parallel_for NULL returns to the context's own
+ * workers. SDPA_ERR_BAD_OPTION_VALUE for workers outside [1, 256]. */
+typedef void (*sdpa_task_fn)(void *task_arg, int64_t item, int worker);
+typedef void (*sdpa_parallel_for_fn)(void *user, int64_t items,
+                                     sdpa_task_fn task, void *task_arg);
+SDPA_API int sdpa_ctx_set_parallel_for(sdpa_ctx *ctx,
+                                       sdpa_parallel_for_fn parallel_for,
+                                       void *user, int workers);
+
 /* ------------------------------------------------------------------------ */
 /* Tensors and the forward call.                                             */
 /* ------------------------------------------------------------------------ */
-enum { SDPA_FLOAT32 = 1, SDPA_FLOAT64 = 2 };
+/* Element types. The half types (1.1) are storage types of sdpa_forward's
+ * tensors, computed in float32 (see sdpa_forward_args.kv_dtype). */
+enum {
+    SDPA_FLOAT32 = 1,
+    SDPA_FLOAT64 = 2,
+    SDPA_FLOAT16 = 3, /* 1.1: IEEE 754 binary16 */
+    SDPA_BFLOAT16 = 4 /* 1.1: bfloat16 (the top half of a float32) */
+};
 enum {
     SDPA_CAUSAL_NONE = 0,
     SDPA_CAUSAL_TOP_LEFT = 1,
@@ -311,7 +362,7 @@ typedef struct sdpa_tensor {
  * bias take any non-negative stride[3]; stride[3] of lse is ignored. K and V
  * may be broadcast over N with stride 0.
  *
- * Fields appended in 1.1 (struct_size 880; zero = as in 1.0). Each row i of
+ * Fields appended in 1.1 (struct_size 912; zero = as in 1.0). Each row i of
  * batch item b has a diagonal d_i = i under SDPA_CAUSAL_TOP_LEFT and
  * d_i = i + (L_b - Tq) otherwise (bottom-right, FlashAttention's anchor; the
  * two agree when Tq = L_b):
@@ -336,7 +387,31 @@ typedef struct sdpa_tensor {
  *            ignored, like lse): the largest weight max_j p_ij and the
  *            entropy H_i = -Σ_j p_ij log p_ij = lse_i - Σ_j p_ij s_ij in
  *            nats. A sink counts as one more outcome of the distribution.
- *            A row with no allowed key (zero-row policy) reports 0 and 0. */
+ *            A row with no allowed key (zero-row policy) reports 0 and 0.
+ *
+ * Storage types and paged K/V (also 1.1; struct_size 912):
+ *   types    dtype is the storage type of q and out; kv_dtype (0: dtype)
+ *            that of k and v, bias_dtype (0: dtype) that of the bias. Any
+ *            mixture of SDPA_FLOAT32, SDPA_FLOAT16 and SDPA_BFLOAT16 is
+ *            computed in float32 (half values are widened exactly; out is
+ *            rounded to nearest even once); SDPA_FLOAT64 mixes with nothing.
+ *            The optional outputs (weights, lse, logits, max_weight,
+ *            entropy) are in the compute type: float32 as soon as one
+ *            tensor is a half type, as FlashAttention's lse. An output that
+ *            overflows its half type (|x| > 65504 in float16) is
+ *            SDPA_ERR_NONFINITE.
+ *   paging   with block_table, k and v are pools of pages (vLLM's and
+ *            FlashAttention's block_table convention): k is
+ *            [P, Hkv, page, Dk] and v [P, Hkv, page, Dv] with P pages of
+ *            `page` keys, any strides (a page may be [page, Hkv, D] in
+ *            memory as in vLLM, or [Hkv, page, D]); page
+ *            block_table[b * stride + c] holds keys [c * page, (c + 1) *
+ *            page) of batch item b. The logical key length is
+ *            Tk = pages_per_seq * page (mask, bias, weights and logits are
+ *            [.., Tk]); only the pages that hold the item's valid keys
+ *            (kv_lens[b], else Tk) are read, and their numbers must lie in
+ *            [0, P) (SDPA_ERR_BAD_PAGE); the others may hold anything
+ *            (-1 for unused slots is fine). */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
     int dtype;              /* SDPA_FLOAT32 or SDPA_FLOAT64 */
@@ -360,6 +435,14 @@ typedef struct sdpa_forward_args {
                                    largest weight of each row */
     sdpa_tensor entropy;        /* optional output [N, Hq, Tq, 1]: each
                                    row's entropy in nats */
+    /* 1.1, storage types and paging (see above) */
+    int kv_dtype;               /* storage type of k and v; 0 = dtype */
+    int bias_dtype;             /* storage type of bias; 0 = dtype */
+    const int32_t *block_table; /* optional: paged k and v, [N, pages_per_seq]
+                                   page numbers */
+    int64_t pages_per_seq;      /* with block_table: its columns */
+    int64_t block_table_stride; /* with block_table: entries from one row to
+                                   the next; 0 = pages_per_seq */
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif

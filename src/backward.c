@@ -220,6 +220,12 @@ static int validate(sdpa_ctx *ctx, const sdpa_backward_args *caller,
                                     SDPA_BACKWARD_ARGS_SIZE_V1, &a, sizeof a);
     if (status != SDPA_OK)
         return status;
+    if (a.dtype != SDPA_FLOAT32 && a.dtype != SDPA_FLOAT64)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         "sdpa_backward: dtype %d is neither SDPA_FLOAT32 nor "
+                         "SDPA_FLOAT64 (the half types are storage types of "
+                         "sdpa_forward only)",
+                         a.dtype);
     if (!a.lse.data)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
                          "sdpa_backward: lse.data is NULL (the forward's lse "
@@ -459,9 +465,9 @@ int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
     sdpa_plan plan = {0};
     plan.work_items = p->batch / bp.item_batches *
                       (p->heads_kv / bp.item_heads); /* <= N · Hkv */
-    plan.threads =
-        (int)min64(ctx->options[SDPA_OPT_NUM_THREADS], plan.work_items);
-    plan.reserve_workers = plan.threads;
+    plan.threads = (int)min64(sdpa_thread_budget(ctx), plan.work_items);
+    plan.reserve_workers =
+        ctx->parallel_for ? ctx->parallel_workers : plan.threads;
     /* Workers whose gemms the BLAS threads would queue on its lock: let
      * the BLAS use the cores (only the worker count changes). */
     double dmax = (double)(p->dim_k > p->dim_v ? p->dim_k : p->dim_v);

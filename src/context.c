@@ -170,7 +170,7 @@ static bool option_range(int option, int64_t *lo, int64_t *hi)
         *lo = SDPA_KERNEL_AUTO, *hi = SDPA_KERNEL_AVX512;
         return true;
     case SDPA_OPT_PATH:
-        *lo = SDPA_PATH_AUTO, *hi = SDPA_PATH_DECODE;
+        *lo = SDPA_PATH_AUTO, *hi = SDPA_PATH_DECODE_BLAS;
         return true;
     case SDPA_OPT_SCRATCH_LIMIT:
         *lo = 0, *hi = INT64_MAX;
@@ -192,11 +192,16 @@ int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
     if (!option_range(option, &lo, &hi))
         return sdpa_fail(ctx, SDPA_ERR_UNKNOWN_OPTION,
                          "sdpa_ctx_set_int: unknown option id %d", option);
-    if (value < lo || value > hi)
+    bool all_cores =
+        option == SDPA_OPT_NUM_THREADS && value == SDPA_NUM_THREADS_ALL;
+    if ((value < lo || value > hi) && !all_cores)
         return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
                          "sdpa_ctx_set_int: %s takes values in "
-                         "[%lld, %lld], got %lld",
+                         "[%lld, %lld]%s, got %lld",
                          option_name(option), (long long)lo, (long long)hi,
+                         option == SDPA_OPT_NUM_THREADS
+                             ? " or SDPA_NUM_THREADS_ALL (-1)"
+                             : "",
                          (long long)value);
     if (option == SDPA_OPT_KERNEL) {
         /* what each vector kernel needs from the CPU (portable: nothing) */

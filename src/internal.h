@@ -5,6 +5,7 @@
 #ifndef SDPA_INTERNAL_H
 #define SDPA_INTERNAL_H
 
+#include "half.h"
 #include "sdpa.h"
 
 #include <stdbool.h>
@@ -33,8 +34,17 @@ struct sdpa_ctx {
     sdpa_buffer shared;                    /* read by every worker */
     sdpa_buffer layer; /* sdpa_mha_forward's projections (layer.c) */
     sdpa_pool *pool;
+    /* the caller's parallel-for (sdpa_ctx_set_parallel_for), or NULL */
+    sdpa_parallel_for_fn parallel_for;
+    void *parallel_user;
+    int parallel_workers;
     char message[256];
 };
+
+/* The workers a call may use: the caller's parallel-for's, else
+ * SDPA_OPT_NUM_THREADS (SDPA_NUM_THREADS_ALL: the CPUs this process may
+ * run on, at most SDPA_MAX_THREADS). */
+int sdpa_thread_budget(const sdpa_ctx *ctx);
 
 /* Records a failure on ctx (printf-style message: what and where) and returns
  * status, so that callers can write `return sdpa_fail(ctx, ...)`. */
@@ -115,7 +125,69 @@ typedef struct sdpa_problem {
     sdpa_view q, k, v, mask, bias, out, weights, lse, logits;
     sdpa_view max_weight, entropy; /* 1.1 per-row diagnostics */
     bool diagnostics;              /* either of them is asked for */
+    /* 1.1 storage types (SDPA_FLOAT*) of q, k and v, the bias, and out;
+     * dtype above is the compute type, which every other output has */
+    int q_type, kv_type, bias_type, out_type;
+    /* 1.1 paged K/V: the block table (NULL: k and v are [N|1, Hkv, Tk,
+     * D]), the entries from one row to the next, keys per page */
+    const int32_t *block_table;
+    int64_t table_stride, page_len;
 } sdpa_problem;
+
+/* Element i of an array of storage type `type` (SDPA_FLOAT*), as a double
+ * (exact for every type). */
+static inline double sdpa_value_at(const void *base, int type, int64_t i)
+{
+    switch (type) {
+    case SDPA_FLOAT32:
+        return ((const float *)base)[i];
+    case SDPA_FLOAT64:
+        return ((const double *)base)[i];
+    case SDPA_FLOAT16:
+        return sdpa_f16_to_f32(((const uint16_t *)base)[i]);
+    default:
+        return sdpa_bf16_to_f32(((const uint16_t *)base)[i]);
+    }
+}
+
+/* Are q / k and v / out stored in another type than the compute type, or
+ * k and v in pages? Then the BLAS cannot read (or write) them where they
+ * are: the paths widen or gather them into scratch, a block at a time. */
+static inline bool sdpa_q_staged(const sdpa_problem *p)
+{
+    return p->q_type != p->dtype;
+}
+static inline bool sdpa_kv_staged(const sdpa_problem *p)
+{
+    return p->kv_type != p->dtype || p->block_table != NULL;
+}
+static inline bool sdpa_out_staged(const sdpa_problem *p)
+{
+    return p->out_type != p->dtype;
+}
+
+/* Row j (a key) of batch item b, KV head h of the K or V view, in its
+ * storage type: through the block table when K and V are paged. */
+static inline const char *sdpa_kv_row(const sdpa_problem *p,
+                                      const sdpa_view *view, int64_t b,
+                                      int64_t h, int64_t j)
+{
+    size_t es = sdpa_dtype_size(p->kv_type);
+    if (!p->block_table)
+        return sdpa_at(view, es, b, h, j);
+    int64_t page = p->block_table[b * p->table_stride + j / p->page_len];
+    return sdpa_at(view, es, page, h, j % p->page_len);
+}
+
+/* How many of the n keys from key j on are consecutive rows of one page
+ * (all n without paging): a run read with one row stride. */
+static inline int64_t sdpa_kv_span(const sdpa_problem *p, int64_t j, int64_t n)
+{
+    if (!p->block_table)
+        return n;
+    int64_t left = p->page_len - j % p->page_len;
+    return left < n ? left : n;
+}
 
 /* Could an output view write one element twice? (validate.c's rule,
  * conservative: sorted by stride, each dimension must step past all that
@@ -180,24 +252,26 @@ static inline const uint8_t *sdpa_mask_keys(const sdpa_problem *p, int64_t b,
     return buf;
 }
 
-/* The same for the bias, whose elements are p->elem_size bytes. */
+/* The same for the bias, in the compute type: the caller's row when its
+ * key stride is 1 and it is stored in the compute type, else gathered and
+ * widened into buf (n values). */
 static inline const void *sdpa_bias_keys(const sdpa_problem *p, int64_t b,
                                          int64_t h, int64_t i, int64_t j0,
                                          int64_t n, void *buf)
 {
-    const char *row = sdpa_at(&p->bias, p->elem_size, b, h, i);
+    const size_t size = sdpa_dtype_size(p->bias_type);
+    const char *row = sdpa_at(&p->bias, size, b, h, i);
     const int64_t step = p->bias.stride[3];
-    if (step == 1)
-        return row + (size_t)j0 * p->elem_size;
-    if (p->elem_size == sizeof(float)) {
-        const float *src = (const float *)(const void *)row;
+    if (step == 1 && p->bias_type == p->dtype)
+        return row + (size_t)j0 * size;
+    if (p->dtype == SDPA_FLOAT32)
         for (int64_t j = 0; j < n; j++)
-            ((float *)buf)[j] = src[(j0 + j) * step];
-    } else {
-        const double *src = (const double *)(const void *)row;
+            ((float *)buf)[j] =
+                (float)sdpa_value_at(row, p->bias_type, (j0 + j) * step);
+    else
         for (int64_t j = 0; j < n; j++)
-            ((double *)buf)[j] = src[(j0 + j) * step];
-    }
+            ((double *)buf)[j] =
+                sdpa_value_at(row, p->bias_type, (j0 + j) * step);
     return buf;
 }
 
@@ -252,6 +326,12 @@ typedef struct sdpa_plan {
     size_t off_live;           /* which keys of a block some row may see */
     size_t off_t, off_e;       /* diagnostics: a row's final logits (t)
                                   and each row's Σ e·(s − m) (e) */
+    size_t off_kt, off_vt;     /* K and V rows widened or gathered for the
+                                  BLAS (sdpa_kv_staged), a block at a time */
+    int64_t stage_keys;        /* keys of those regions */
+    bool fused;                /* decode: the library's own streaming
+                                  kernels (rows.h dot_rows, acc_rows) read
+                                  K and V, instead of BLAS gemv/gemm */
     size_t worker_bytes;       /* scratch per worker, as reserved: at least what
                                   the plan uses, and never more for a call that is
                                   no larger (README: Usage) */
@@ -262,8 +342,17 @@ typedef struct sdpa_plan {
 
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan);
 
-/* Region `name` (q, s, o, m, l, a, mask, bias, live, t, e) of a worker's
- * scratch, as a T*. */
+/* The end of the piece of keys [a, end) the BLAS takes at once: all of
+ * them, or plan->stage_keys when K and V are staged into scratch. */
+static inline int64_t sdpa_stage_end(const sdpa_plan *plan, int64_t a,
+                                     int64_t end)
+{
+    return plan->stage_keys && end - a > plan->stage_keys ? a + plan->stage_keys
+                                                          : end;
+}
+
+/* Region `name` (q, s, o, m, l, a, mask, bias, live, t, e, kt, vt) of a
+ * worker's scratch, as a T*. */
 #define SDPA_REGION(T, plan, scratch, name)                                    \
     ((T *)(void *)((char *)(scratch) + (plan)->off_##name))
 

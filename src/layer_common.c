@@ -263,6 +263,20 @@ int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
                              "and out itself (and has no logits output): "
                              "leave them absent",
                              who, field, made[i].name);
+    /* the layer's q, k, v and bias are all of its dtype, in its own
+     * buffers: no other storage type, no pages */
+    if ((f->kv_dtype != 0 && f->kv_dtype != dtype) ||
+        (f->bias_dtype != 0 && f->bias_dtype != dtype))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         "%s%s->kv_dtype is %d and bias_dtype %d, but the "
+                         "layer computes in dtype %d throughout%s",
+                         who, field, f->kv_dtype, f->bias_dtype, dtype,
+                         dtype_hint);
+    if (f->block_table || f->pages_per_seq || f->block_table_stride)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                         "%s%s->block_table is set, but the layer makes k "
+                         "and v itself, unpaged: leave the paging fields 0",
+                         who, field);
     if (f->dtype != 0 && f->dtype != dtype)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
                          "%s%s->dtype is %d, but dtype is %d%s", who, field,

@@ -21,12 +21,10 @@ static bool forbidden(const sdpa_problem *p, int64_t b, int64_t h, int64_t i,
             return true;
     }
     if (p->bias.data) {
-        const char *row = sdpa_at(&p->bias, p->elem_size, b, h, i);
-        int64_t at = j * p->bias.stride[3];
-        double v = p->dtype == SDPA_FLOAT32
-                       ? (double)((const float *)(const void *)row)[at]
-                       : ((const double *)(const void *)row)[at];
-        if (v == -INFINITY)
+        const char *row =
+            sdpa_at(&p->bias, sdpa_dtype_size(p->bias_type), b, h, i);
+        if (sdpa_value_at(row, p->bias_type, j * p->bias.stride[3]) ==
+            -INFINITY)
             return true;
     }
     return false;

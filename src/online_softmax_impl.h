@@ -2,17 +2,83 @@
  * online_softmax.h for the algorithm. */
 #include "row_terms_impl.h"
 
+/* The block's query rows, stacked (and widened from q's storage type). */
 static void NAME(gather_queries)(const sdpa_problem *p,
-                                 const sdpa_row_block *blk, T *dst)
+                                 const sdpa_row_block *blk, T *dst,
+                                 const NAME(sdpa_row_kernels) * rk)
 {
+    const size_t es = sdpa_dtype_size(p->q_type);
     int64_t r = 0;
     for (int64_t i = 0; i < blk->rows; i++)
-        for (int64_t hh = 0; hh < blk->heads; hh++, r++) {
-            const T *src =
-                AT(&p->q, blk->batch, blk->head_first + hh, blk->row_first + i);
-            for (int64_t d = 0; d < p->dim_k; d++)
-                dst[r * p->dim_k + d] = src[d];
+        for (int64_t hh = 0; hh < blk->heads; hh++, r++)
+            rk->widen(sdpa_at(&p->q, es, blk->batch, blk->head_first + hh,
+                              blk->row_first + i),
+                      p->q_type, dst + r * p->dim_k, p->dim_k);
+}
+
+/* S[:, j0:j1) = scale · Q Kᵀ over keys kb + [j0, j1) of the block, for
+ * m_rows stacked rows: the own streaming kernel, or the BLAS on K rows
+ * where they are or staged into kt. */
+static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
+                               const NAME(sdpa_row_kernels) * rk,
+                               const sdpa_row_block *blk, const T *q,
+                               int64_t q_ld, int64_t m_rows, int64_t kb,
+                               int64_t j0, int64_t j1, T *s_rows, int64_t ld,
+                               T *kt)
+{
+    const int64_t dk = p->dim_k;
+    int64_t k_ld = sdpa_row_stride(&p->k, dk);
+    if (plan->fused) {
+        for (int64_t j = j0; j < j1;) {
+            int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
+            rk->dot_rows(
+                q, q_ld, m_rows,
+                sdpa_kv_row(p, &p->k, blk->batch, blk->head_kv, kb + j), k_ld,
+                p->kv_type, span, dk, (T)p->scale, s_rows + j, ld);
+            j += span;
         }
+        return;
+    }
+    const T *k_run =
+        NAME(blas_kv_rows)(p, rk, &p->k, dk, blk->batch, blk->head_kv, kb + j0,
+                           j1 - j0, kt, &k_ld);
+    if (m_rows <= GEMV_MAX_ROWS)
+        for (int64_t r = 0; r < m_rows; r++)
+            GEMV(CblasRowMajor, CblasNoTrans, (int)(j1 - j0), (int)dk,
+                 (T)p->scale, k_run, (int)k_ld, q + r * q_ld, 1, (T)0,
+                 s_rows + r * ld + j0, 1);
+    else
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m_rows,
+             (int)(j1 - j0), (int)dk, (T)p->scale, q, (int)q_ld, k_run,
+             (int)k_ld, (T)0, s_rows + j0, (int)ld);
+}
+
+/* acc += P[:, j0:j1) V over keys kb + [j0, j1), likewise. */
+static void NAME(block_values)(const sdpa_problem *p, const sdpa_plan *plan,
+                               const NAME(sdpa_row_kernels) * rk,
+                               const sdpa_row_block *blk, int64_t m_rows,
+                               int64_t kb, int64_t j0, int64_t j1,
+                               const T *s_rows, int64_t ld, T *acc_rows, T *vt)
+{
+    const int64_t dv = p->dim_v;
+    int64_t v_ld = sdpa_row_stride(&p->v, dv);
+    if (plan->fused) {
+        for (int64_t j = j0; j < j1;) {
+            int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
+            rk->acc_rows(
+                s_rows + j, ld, m_rows,
+                sdpa_kv_row(p, &p->v, blk->batch, blk->head_kv, kb + j), v_ld,
+                p->kv_type, span, dv, acc_rows, dv);
+            j += span;
+        }
+        return;
+    }
+    const T *v_run =
+        NAME(blas_kv_rows)(p, rk, &p->v, dv, blk->batch, blk->head_kv, kb + j0,
+                           j1 - j0, vt, &v_ld);
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows, (int)dv,
+         (int)(j1 - j0), (T)1, s_rows + j0, (int)ld, v_run, (int)v_ld, (T)1,
+         acc_rows, (int)dv);
 }
 
 int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
@@ -35,12 +101,12 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
      * gathered (g·Tq·Dk values, nothing next to the Tk·Dk of K). */
     const T *q;
     int64_t q_ld;
-    if (blk->heads == 1) {
+    if (blk->heads == 1 && !sdpa_q_staged(p)) {
         q = AT(&p->q, blk->batch, blk->head_first, blk->row_first);
         q_ld = sdpa_row_stride(&p->q, p->dim_k);
     } else {
         T *gathered = SDPA_REGION(T, plan, scratch, q);
-        NAME(gather_queries)(p, blk, gathered);
+        NAME(gather_queries)(p, blk, gathered, rk);
         q = gathered;
         q_ld = p->dim_k;
     }
@@ -76,10 +142,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
      * `active` end before it, those from `active_end` on start after it
      * (causal masks and windows), and both products skip them. */
     int64_t active = 0, active_end = 0;
-    const T *k = AT(&p->k, blk->batch, blk->head_kv, 0);
-    const T *v = AT(&p->v, blk->batch, blk->head_kv, 0);
-    const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
-    const int64_t v_ld = sdpa_row_stride(&p->v, dv);
+    T *kt = SDPA_REGION(T, plan, scratch, kt);
+    T *vt = SDPA_REGION(T, plan, scratch, vt);
     const bool filtered = p->mask.data || p->bias.data;
     uint8_t *live = SDPA_REGION(uint8_t, plan, scratch, live);
     for (int64_t kb = key_first; kb < key_end; kb += plan->block_k) {
@@ -103,20 +167,10 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         T *s_rows = s + active * ld, *acc_rows = acc + active * dv;
 
         for (int64_t j0 = 0, j1 = 0;
-             sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1) {
-            const T *k_run = k + (kb + j0) * k_ld;
-            if (m_rows <= GEMV_MAX_ROWS)
-                for (int64_t r = 0; r < m_rows; r++)
-                    GEMV(CblasRowMajor, CblasNoTrans, (int)(j1 - j0),
-                         (int)p->dim_k, (T)p->scale, k_run, (int)k_ld,
-                         q + (active + r) * q_ld, 1, (T)0, s_rows + r * ld + j0,
-                         1);
-            else
-                GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m_rows,
-                     (int)(j1 - j0), (int)p->dim_k, (T)p->scale,
-                     q + active * q_ld, (int)q_ld, k_run, (int)k_ld, (T)0,
-                     s_rows + j0, (int)ld);
-        }
+             sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1)
+            NAME(block_scores)
+        (p, plan, rk, blk, q + active * q_ld, q_ld, m_rows, kb, j0, j1, s_rows,
+         ld, kt);
         if (live_count < bk)
             NAME(zero_dead_scores)(s_rows, ld, m_rows, live, bk);
 
@@ -193,11 +247,9 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         }
 
         for (int64_t j0 = 0, j1 = 0;
-             sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1) {
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m_rows,
-                 (int)dv, (int)(j1 - j0), (T)1, s_rows + j0, (int)ld,
-                 v + (kb + j0) * v_ld, (int)v_ld, (T)1, acc_rows, (int)dv);
-        }
+             sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1)
+            NAME(block_values)
+        (p, plan, rk, blk, m_rows, kb, j0, j1, s_rows, ld, acc_rows, vt);
     }
     return SDPA_OK;
 }
@@ -214,20 +266,35 @@ void NAME(sdpa_store_diagnostics)(const sdpa_problem *p, int64_t b, int64_t h,
         *AT(&p->entropy, b, h, i) = l > 0 ? (T)log((double)l) - e / l : 0;
 }
 
+/* Output row (b, h, i) = acc · c, in out's storage type, a few values at
+ * a time; false when a value is not finite there. */
+static bool NAME(store_out_row)(const sdpa_problem *p, int64_t b, int64_t h,
+                                int64_t i, const T *acc, T c)
+{
+    enum { CHUNK = 64 };
+    const size_t es = sdpa_dtype_size(p->out_type);
+    char *out = sdpa_at(&p->out, es, b, h, i);
+    bool finite = true;
+    for (int64_t d0 = 0; d0 < p->dim_v; d0 += CHUNK) {
+        T values[CHUNK];
+        int64_t n = p->dim_v - d0 < CHUNK ? p->dim_v - d0 : CHUNK;
+        for (int64_t d = 0; d < n; d++)
+            values[d] = c == 0 ? 0 : acc[d0 + d] * c; /* 0: an empty row,
+                                                          whatever acc holds */
+        finite &=
+            NAME(store_values)(out + (size_t)d0 * es, p->out_type, values, n);
+    }
+    return finite;
+}
+
 int NAME(sdpa_finish_row)(const sdpa_problem *p, int64_t b, int64_t h,
                           int64_t i, const T *acc, T m, T l, T e,
                           sdpa_where *where)
 {
-    T *out = AT(&p->out, b, h, i);
     T lse = (T)-INFINITY;
     NAME(sdpa_store_diagnostics)(p, b, h, i, l, e);
     if (l > 0) {
-        T inv = 1 / l;
-        bool finite = true;
-        for (int64_t d = 0; d < p->dim_v; d++) {
-            out[d] = acc[d] * inv;
-            finite &= isfinite(out[d]) != 0;
-        }
+        bool finite = NAME(store_out_row)(p, b, h, i, acc, 1 / l);
         /* a non-finite value in a V row read (at an allowed key, or beside
          * one), or sums of values near the dtype's maximum that overflow
          * before the division by l: an error, never a silent inf or NaN */
@@ -244,8 +311,7 @@ int NAME(sdpa_finish_row)(const sdpa_problem *p, int64_t b, int64_t h,
             *where = (sdpa_where){b, h, i};
             return SDPA_ERR_NONFINITE;
         }
-        for (int64_t d = 0; d < p->dim_v; d++)
-            out[d] = 0;
+        NAME(store_out_row)(p, b, h, i, acc, 0);
     }
     if (p->lse.data)
         *AT(&p->lse, b, h, i) = lse;

@@ -64,8 +64,34 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
         ld = (int64_t)plan->score_ld;
     }
     T *inv_sum = SDPA_REGION(T, plan, scratch, m); /* one per row */
-    T *out = AT(&p->out, b, h, i0);
-    int64_t out_ld = sdpa_row_stride(&p->out, p->dim_v);
+    /* O goes to the caller's out, or to scratch when out is stored in
+     * another type (rounded into out at the end) */
+    T *out;
+    int64_t out_ld;
+    if (sdpa_out_staged(p)) {
+        out = SDPA_REGION(T, plan, scratch, o);
+        out_ld = p->dim_v;
+    } else {
+        out = AT(&p->out, b, h, i0);
+        out_ld = sdpa_row_stride(&p->out, p->dim_v);
+    }
+    /* Q, widened when stored in another type */
+    const T *q;
+    int64_t q_ld;
+    if (sdpa_q_staged(p)) {
+        T *widened = SDPA_REGION(T, plan, scratch, q);
+        const size_t es = sdpa_dtype_size(p->q_type);
+        for (int64_t r = 0; r < rows; r++)
+            rk->widen(sdpa_at(&p->q, es, b, h, i0 + r), p->q_type,
+                      widened + r * p->dim_k, p->dim_k);
+        q = widened;
+        q_ld = p->dim_k;
+    } else {
+        q = AT(&p->q, b, h, i0);
+        q_ld = sdpa_row_stride(&p->q, p->dim_k);
+    }
+    T *kt = SDPA_REGION(T, plan, scratch, kt);
+    T *vt = SDPA_REGION(T, plan, scratch, vt);
 
     /* Keys no row of the block may see (a mask, a −inf bias) are never
      * read: both products run over the runs of live keys (live_keys.c). */
@@ -75,17 +101,19 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
         sdpa_row_block blk = {b, hk, h, 1, i0, rows, c0, c0 + ncols};
         live_count = sdpa_live_keys(p, &blk, c0, ncols, live);
     }
-    const int64_t k_ld = sdpa_row_stride(&p->k, p->dim_k);
-    const int64_t v_ld = sdpa_row_stride(&p->v, p->dim_v);
     if (live_count < ncols)
         NAME(zero_dead_scores)(s, ld, rows, live, ncols);
     for (int64_t j0 = 0, j1 = 0;
-         sdpa_live_run(live, live_count, ncols, &j0, &j1); j0 = j1) {
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)(j1 - j0),
-             (int)p->dim_k, (T)p->scale, AT(&p->q, b, h, i0),
-             (int)sdpa_row_stride(&p->q, p->dim_k), AT(&p->k, b, hk, c0 + j0),
-             (int)k_ld, (T)0, s + j0, (int)ld);
-    }
+         sdpa_live_run(live, live_count, ncols, &j0, &j1); j0 = j1)
+        for (int64_t a = j0, e; a < j1; a = e) {
+            e = sdpa_stage_end(plan, a, j1);
+            int64_t k_ld;
+            const T *k = NAME(blas_kv_rows)(p, rk, &p->k, p->dim_k, b, hk,
+                                            c0 + a, e - a, kt, &k_ld);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows,
+                 (int)(e - a), (int)p->dim_k, (T)p->scale, q, (int)q_ld, k,
+                 (int)k_ld, (T)0, s + a, (int)ld);
+        }
 
     for (int64_t r = 0; r < rows; r++) {
         int64_t i = i0 + r;
@@ -195,12 +223,17 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
      * others add to it. */
     T beta = 0;
     for (int64_t j0 = 0, j1 = 0;
-         sdpa_live_run(live, live_count, ncols, &j0, &j1); j0 = j1) {
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
-             (int)p->dim_v, (int)(j1 - j0), (T)1, s + j0, (int)ld,
-             AT(&p->v, b, hk, c0 + j0), (int)v_ld, beta, out, (int)out_ld);
-        beta = 1;
-    }
+         sdpa_live_run(live, live_count, ncols, &j0, &j1); j0 = j1)
+        for (int64_t a = j0, e; a < j1; a = e) {
+            e = sdpa_stage_end(plan, a, j1);
+            int64_t v_ld;
+            const T *v = NAME(blas_kv_rows)(p, rk, &p->v, p->dim_v, b, hk,
+                                            c0 + a, e - a, vt, &v_ld);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
+                 (int)p->dim_v, (int)(e - a), (T)1, s + a, (int)ld, v,
+                 (int)v_ld, beta, out, (int)out_ld);
+            beta = 1;
+        }
     for (int64_t r = 0; r < rows; r++) {
         T *o = out + r * out_ld;
         if (live_count == 0 || inv_sum[r] == 0)
@@ -209,13 +242,21 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
         else if (inv_sum[r] != 1)
             rk->scale(o, p->dim_v, inv_sum[r]);
         /* a non-finite value in a V row read, or sums of values near the
-         * dtype's maximum that overflow before the division: an error,
-         * never a silent inf or NaN */
-        for (int64_t d = 0; d < p->dim_v; d++)
-            if (!isfinite(o[d])) {
-                *where = (sdpa_where){b, h, i0 + r};
-                return SDPA_ERR_NONFINITE;
-            }
+         * dtype's maximum that overflow before the division (or beyond
+         * out's half type when rounded): an error, never a silent inf or
+         * NaN */
+        bool finite = true;
+        if (sdpa_out_staged(p))
+            finite = NAME(store_values)(
+                sdpa_at(&p->out, sdpa_dtype_size(p->out_type), b, h, i0 + r),
+                p->out_type, o, p->dim_v);
+        else
+            for (int64_t d = 0; d < p->dim_v; d++)
+                finite &= isfinite(o[d]) != 0;
+        if (!finite) {
+            *where = (sdpa_where){b, h, i0 + r};
+            return SDPA_ERR_NONFINITE;
+        }
     }
     return SDPA_OK;
 }

@@ -57,6 +57,13 @@
 #define DECODE_MAX_ROWS 16
 #define DECODE_CHUNK 512
 #define DECODE_MIN_CHUNK 16
+/* The decode path's own streaming kernels (plan->fused) take the keys of a
+ * chunk in blocks this long: a block of K (then V) rows stays in L1/L2
+ * between the query rows that read it (64 KiB of f32 K at D = 128). */
+#define FUSED_BLOCK_K 128
+/* The materialised path widens or gathers K and V (sdpa_kv_staged) this
+ * many keys at a time, so its scratch stays bounded whatever Tk is. */
+#define MATERIALISED_STAGE_KEYS 512
 
 static int64_t round_up(int64_t x, int64_t to)
 {
@@ -135,12 +142,18 @@ static void materialised_reserve(const sdpa_ctx *ctx, const sdpa_problem *p,
 /* Lays out one worker's regions, 64-byte aligned, in plan->off_*; false on
  * overflow. Sizes are in elements; `keys` is the longest run of keys one row
  * is given to the row kernels at once, for which a mask or bias whose key
- * stride is not 1 is gathered (regions mask and bias) and, with a mask or
- * bias, which keys some row may see is noted (region live). */
+ * stride is not 1 (a bias of another type) is gathered (regions mask and
+ * bias) and, with a mask or bias, which keys some row may see is noted
+ * (region live). */
 static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
                     size_t o, size_t rows, size_t keys)
 {
-    enum { REGIONS = 11 };
+    enum { REGIONS = 13 };
+    /* K and V rows staged for the BLAS: stage_keys of them */
+    size_t kt = 0, vt = 0;
+    if (plan->stage_keys > 0 && (!count_of(plan->stage_keys, p->dim_k, &kt) ||
+                                 !count_of(plan->stage_keys, p->dim_v, &vt)))
+        return false;
     const size_t es = p->elem_size;
     /* region a: each row's key limit and start (two int64 a row) */
     const size_t counts[REGIONS] = {
@@ -151,16 +164,21 @@ static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
         rows,
         2 * rows,
         p->mask.data && p->mask.stride[3] != 1 ? keys : 0,
-        p->bias.data && p->bias.stride[3] != 1 ? keys : 0,
+        p->bias.data && (p->bias.stride[3] != 1 || p->bias_type != p->dtype)
+            ? keys
+            : 0,
         p->mask.data || p->bias.data ? keys : 0,
         p->diagnostics ? keys : 0,
-        p->diagnostics ? rows : 0};
-    const size_t sizes[REGIONS] = {es, es, es, es, es, sizeof(int64_t),
-                                   1,  es, 1,  es, es};
+        p->diagnostics ? rows : 0,
+        kt,
+        vt};
+    const size_t sizes[REGIONS] = {es, es, es, es, es, sizeof(int64_t), 1, es,
+                                   1,  es, es, es, es};
     size_t *offsets[REGIONS] = {
         &plan->off_q,    &plan->off_s, &plan->off_o,    &plan->off_m,
         &plan->off_l,    &plan->off_a, &plan->off_mask, &plan->off_bias,
-        &plan->off_live, &plan->off_t, &plan->off_e};
+        &plan->off_live, &plan->off_t, &plan->off_e,    &plan->off_kt,
+        &plan->off_vt};
     size_t at = 0;
     for (int i = 0; i < REGIONS; i++) {
         size_t bytes;
@@ -175,6 +193,8 @@ static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
     return true;
 }
 
+/* The path to run: an SDPA_PATH_* value, SDPA_PATH_DECODE_BLAS included;
+ * -1 when forced onto one that cannot give the outputs asked for. */
 static int choose_path(sdpa_ctx *ctx, const sdpa_problem *p)
 {
     int64_t path = ctx->options[SDPA_OPT_PATH];
@@ -192,7 +212,9 @@ static int choose_path(sdpa_ctx *ctx, const sdpa_problem *p)
                          "materialised path, but SDPA_OPT_PATH forces %s",
                          p->weights.data ? "weights" : "logits",
                          path == SDPA_PATH_TILED ? "the tiled path"
-                                                 : "the decode path"),
+                         : path == SDPA_PATH_DECODE
+                             ? "the decode path"
+                             : "the decode path with BLAS products"),
                -1;
     return (int)path;
 }
@@ -267,7 +289,10 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
     if (path < 0)
         return SDPA_ERR_UNSUPPORTED;
     *plan = (sdpa_plan){0};
-    plan->path = path;
+    /* SDPA_PATH_DECODE_BLAS is the decode path with the BLAS's products */
+    plan->fused = path == SDPA_PATH_DECODE;
+    plan->path = path == SDPA_PATH_DECODE_BLAS ? SDPA_PATH_DECODE : path;
+    path = plan->path;
     const int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
     const int64_t n = p->batch, dk = p->dim_k, dv = p->dim_v;
     int64_t opt_k = ctx->options[SDPA_OPT_BLOCK_K];
@@ -293,7 +318,13 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         if (!ok)
             break;
         materialised_reserve(ctx, p, score_ld, &s_elems, &s_rows);
-        ok = lay_out(plan, p, 0, (size_t)s_elems, 0, (size_t)s_rows,
+        /* staged q and out: a block's rows widened, and its output rows
+         * before they are rounded to out's type */
+        if (sdpa_kv_staged(p))
+            plan->stage_keys = min64(p->len_k, MATERIALISED_STAGE_KEYS);
+        ok = count_of(sdpa_q_staged(p) ? s_rows : 0, dk, &q_count) &&
+             count_of(sdpa_out_staged(p) ? s_rows : 0, dv, &o_count) &&
+             lay_out(plan, p, q_count, (size_t)s_elems, o_count, (size_t)s_rows,
                      (size_t)p->len_k);
         break;
     }
@@ -303,11 +334,13 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         tiled_blocks(ctx, p, blas_parallel, &plan->block_q, &plan->block_k);
         plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
+        plan->stage_keys = sdpa_kv_staged(p) ? plan->block_k : 0;
         ok = mul64(plan->block_q, p->group, &plan->rows) &&
              plan->rows <= INT_MAX &&
              mul64(n, p->heads_kv, &plan->work_items) &&
              mul64(plan->work_items, plan->q_blocks, &plan->work_items) &&
-             count_of(p->group > 1 ? plan->rows : 0, dk, &q_count) &&
+             count_of(p->group > 1 || sdpa_q_staged(p) ? plan->rows : 0, dk,
+                      &q_count) &&
              count_of(plan->rows, (int64_t)plan->score_ld, &s_count) &&
              count_of(plan->rows, dv, &o_count) &&
              lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
@@ -320,10 +353,12 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         ok = mul64(p->group, p->len_q, &plan->rows) && plan->rows <= INT_MAX;
         if (!ok)
             break;
-        plan->chunk_len =
-            min64(opt_k ? opt_k : decode_chunk(p, plan->rows, blas_parallel),
-                  p->len_k);
-        plan->block_k = plan->chunk_len;
+        /* the own kernels make no BLAS calls: nothing to keep serial */
+        const bool blas_sized = blas_parallel && !plan->fused;
+        plan->chunk_len = min64(
+            opt_k ? opt_k : decode_chunk(p, plan->rows, blas_sized), p->len_k);
+        plan->block_k = plan->fused ? min64(plan->chunk_len, FUSED_BLOCK_K)
+                                    : plan->chunk_len;
         plan->chunks = (p->len_k + plan->chunk_len - 1) / plan->chunk_len;
         plan->score_ld = (size_t)round_up(plan->block_k, per_line);
         /* Reserved so that fewer rows or keys never need more: the score
@@ -334,9 +369,13 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
         int64_t longest = min64(opt_k ? opt_k : DECODE_CHUNK, p->len_k);
         int64_t shortest =
             opt_k ? plan->chunk_len
-                  : min64(decode_chunk(p, plan->rows, blas_parallel),
+                  : min64(decode_chunk(p, plan->rows, blas_sized),
                           decode_chunk(p, min64(plan->rows, GEMV_MAX_ROWS),
-                                       blas_parallel));
+                                       blas_sized));
+        if (plan->fused)
+            longest = min64(longest, FUSED_BLOCK_K);
+        else if (sdpa_kv_staged(p))
+            plan->stage_keys = longest;
         shortest = min64(shortest, p->len_k);
         int64_t most_chunks = (p->len_k + shortest - 1) / shortest;
         int64_t reserved_items;
@@ -363,18 +402,20 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
                          "query heads per KV head) overflows a size or the "
                          "BLAS int",
                          (long long)p->group);
-    int64_t threads = ctx->options[SDPA_OPT_NUM_THREADS];
+    int64_t threads = sdpa_thread_budget(ctx);
     plan->threads = (int)min64(threads, plan->work_items);
     /* Scratch for every worker this many items could use, even when the
      * rule below runs only one: a smaller call with smaller gemms may run
      * them all. */
-    plan->reserve_workers = plan->threads;
+    /* a caller's parallel-for may hand an item to any of its workers */
+    plan->reserve_workers =
+        ctx->parallel_for ? ctx->parallel_workers : plan->threads;
     /* Workers whose gemms the BLAS threads would queue on its lock: let the
      * BLAS use the cores instead. Only the worker count changes, never the
      * blocks, so results stay bitwise the same. */
     double gemm_mnk, gemv_mn;
     largest_calls(p, plan, &gemm_mnk, &gemv_mn);
-    if (blas_parallel &&
+    if (blas_parallel && !plan->fused &&
         (gemm_mnk > SDPA_BLAS_SERIAL_MNK || gemv_mn >= SDPA_BLAS_SERIAL_MN))
         plan->threads = 1;
     return SDPA_OK;

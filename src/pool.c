@@ -5,11 +5,38 @@
  * same way whichever worker takes it (each worker has its own scratch and
  * items write disjoint outputs), so results are bitwise identical for every
  * thread count; of several failing items the lowest index is reported.
+ * A caller's parallel-for (sdpa_ctx_set_parallel_for) runs the same items
+ * on the caller's threads instead.
  */
+/* sched_getaffinity and CPU_COUNT (SDPA_NUM_THREADS_ALL) are GNU
+ * extensions */
+#define _GNU_SOURCE
 #include "internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+
+/* The lowest failing item of a job and what it reported: the same failure
+ * is reported whichever worker met which item first. */
+typedef struct first_failure {
+    pthread_mutex_t lock;
+    int64_t item; /* INT64_MAX while none */
+    sdpa_where where;
+    int status;
+} first_failure;
+
+static void failure_note(first_failure *f, int64_t item, sdpa_where where,
+                         int status)
+{
+    pthread_mutex_lock(&f->lock);
+    if (item < f->item) {
+        f->item = item;
+        f->where = where;
+        f->status = status;
+    }
+    pthread_mutex_unlock(&f->lock);
+}
 
 typedef struct worker_arg {
     sdpa_pool *pool;
@@ -34,9 +61,7 @@ struct sdpa_pool {
     sdpa_path_fn fn;
     int64_t items;
     atomic_llong next_item;
-    int64_t bad_item; /* lowest failing item, or INT64_MAX */
-    sdpa_where where;
-    int status;
+    first_failure failure;
 };
 
 static void run_share(sdpa_pool *pool, int worker)
@@ -49,15 +74,8 @@ static void run_share(sdpa_pool *pool, int worker)
         sdpa_where where = {-1, -1, -1};
         int status = pool->fn(pool->problem, pool->plan, pool->ctx->kernel,
                               scratch, item, &where);
-        if (status == SDPA_OK)
-            continue;
-        pthread_mutex_lock(&pool->lock);
-        if (item < pool->bad_item) {
-            pool->bad_item = item;
-            pool->where = where;
-            pool->status = status;
-        }
-        pthread_mutex_unlock(&pool->lock);
+        if (status != SDPA_OK)
+            failure_note(&pool->failure, item, where, status);
     }
 }
 
@@ -96,6 +114,7 @@ static int pool_grow(sdpa_ctx *ctx, int count)
                              "sdpa_forward: cannot allocate the thread pool");
         *pool = (sdpa_pool){0};
         pthread_mutex_init(&pool->lock, NULL);
+        pthread_mutex_init(&pool->failure.lock, NULL);
         pthread_cond_init(&pool->wake, NULL);
         pthread_cond_init(&pool->done, NULL);
         pool->started = 1; /* worker 0 is the caller */
@@ -116,7 +135,110 @@ static int pool_grow(sdpa_ctx *ctx, int count)
 
 int sdpa_pool_reserve(sdpa_ctx *ctx, int workers)
 {
+    if (ctx->parallel_for)
+        return SDPA_OK; /* the caller's threads run the items */
     return workers > 1 ? pool_grow(ctx, workers) : SDPA_OK;
+}
+
+int sdpa_thread_budget(const sdpa_ctx *ctx)
+{
+    if (ctx->parallel_for)
+        return ctx->parallel_workers;
+    int64_t threads = ctx->options[SDPA_OPT_NUM_THREADS];
+    if (threads != SDPA_NUM_THREADS_ALL)
+        return (int)threads;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 1;
+    int cpus = CPU_COUNT(&set);
+    return cpus < 1 ? 1 : cpus > SDPA_MAX_THREADS ? SDPA_MAX_THREADS : cpus;
+}
+
+int sdpa_ctx_set_parallel_for(sdpa_ctx *ctx, sdpa_parallel_for_fn parallel_for,
+                              void *user, int workers)
+{
+    if (!ctx)
+        return SDPA_ERR_NULL_POINTER;
+    if (parallel_for && (workers < 1 || workers > SDPA_MAX_THREADS))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
+                         "sdpa_ctx_set_parallel_for: workers takes values in "
+                         "[1, %d], got %d",
+                         SDPA_MAX_THREADS, workers);
+    ctx->parallel_for = parallel_for;
+    ctx->parallel_user = parallel_for ? user : NULL;
+    ctx->parallel_workers = parallel_for ? workers : 0;
+    ctx->message[0] = '\0';
+    return SDPA_OK;
+}
+
+/* One call's items as the caller's parallel-for runs them. */
+typedef struct caller_job {
+    sdpa_ctx *ctx;
+    const sdpa_problem *problem;
+    const sdpa_plan *plan;
+    sdpa_path_fn fn;
+    int64_t items;
+    atomic_llong calls;   /* task calls with a valid item and worker */
+    atomic_bool bad_call; /* one outside them */
+    atomic_int busy[SDPA_MAX_THREADS]; /* calls running per worker */
+    first_failure failure;
+} caller_job;
+
+static void caller_task(void *arg, int64_t item, int worker)
+{
+    caller_job *job = arg;
+    if (item < 0 || item >= job->items || worker < 0 ||
+        worker >= job->ctx->parallel_workers) {
+        atomic_store(&job->bad_call, true);
+        return;
+    }
+    /* two calls on one worker at once would share its scratch */
+    if (atomic_fetch_add(&job->busy[worker], 1) != 0) {
+        atomic_fetch_sub(&job->busy[worker], 1);
+        atomic_store(&job->bad_call, true);
+        return;
+    }
+    sdpa_where where = {-1, -1, -1};
+    int status = job->fn(job->problem, job->plan, job->ctx->kernel,
+                         job->ctx->scratch[worker].ptr, item, &where);
+    atomic_fetch_sub(&job->busy[worker], 1);
+    atomic_fetch_add(&job->calls, 1);
+    if (status != SDPA_OK)
+        failure_note(&job->failure, item, where, status);
+}
+
+static int run_on_caller_threads(sdpa_ctx *ctx, const sdpa_problem *problem,
+                                 const sdpa_plan *plan, int64_t items,
+                                 sdpa_path_fn fn, sdpa_where *where)
+{
+    caller_job job = {.ctx = ctx,
+                      .problem = problem,
+                      .plan = plan,
+                      .fn = fn,
+                      .items = items,
+                      .failure = {.item = INT64_MAX, .status = SDPA_OK}};
+    atomic_init(&job.calls, 0);
+    atomic_init(&job.bad_call, false);
+    for (int w = 0; w < SDPA_MAX_THREADS; w++)
+        atomic_init(&job.busy[w], 0);
+    pthread_mutex_init(&job.failure.lock, NULL);
+    ctx->parallel_for(ctx->parallel_user, items, caller_task, &job);
+    pthread_mutex_destroy(&job.failure.lock);
+    long long calls = atomic_load(&job.calls);
+    if (atomic_load(&job.bad_call) || calls != items)
+        return sdpa_fail(ctx, SDPA_ERR_PARALLEL_FOR,
+                         "the caller's parallel-for made %lld "
+                         "valid task calls for %lld items%s; each item must "
+                         "be called once, with a worker index in [0, %d) "
+                         "that no other running call has",
+                         calls, (long long)items,
+                         atomic_load(&job.bad_call)
+                             ? ", and calls with an item or worker out of "
+                               "range or a worker already busy"
+                             : "",
+                         ctx->parallel_workers);
+    *where = job.failure.where;
+    return job.failure.status;
 }
 
 void sdpa_pool_destroy(sdpa_ctx *ctx)
@@ -131,6 +253,7 @@ void sdpa_pool_destroy(sdpa_ctx *ctx)
     for (int i = 1; i < pool->started; i++)
         pthread_join(pool->threads[i], NULL);
     pthread_mutex_destroy(&pool->lock);
+    pthread_mutex_destroy(&pool->failure.lock);
     pthread_cond_destroy(&pool->wake);
     pthread_cond_destroy(&pool->done);
     sdpa_free(ctx, pool, sizeof *pool);
@@ -150,6 +273,8 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
         }
         return SDPA_OK;
     }
+    if (ctx->parallel_for)
+        return run_on_caller_threads(ctx, problem, plan, items, fn, where);
     int status = pool_grow(ctx, plan->threads);
     if (status != SDPA_OK)
         return status;
@@ -161,8 +286,8 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
     pool->fn = fn;
     pool->items = items;
     atomic_store(&pool->next_item, 0);
-    pool->bad_item = INT64_MAX;
-    pool->status = SDPA_OK;
+    pool->failure.item = INT64_MAX;
+    pool->failure.status = SDPA_OK;
     pool->active = plan->threads;
     pool->finished = 0;
     pool->generation++;
@@ -174,8 +299,8 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
     pthread_mutex_lock(&pool->lock);
     while (pool->finished < pool->active - 1)
         pthread_cond_wait(&pool->done, &pool->lock);
-    status = pool->status;
-    *where = pool->where;
+    status = pool->failure.status;
+    *where = pool->failure.where;
     pthread_mutex_unlock(&pool->lock);
     return status;
 }

@@ -35,6 +35,35 @@
  *             tails.
  * mask_max: mask[j] != 0 forbids key j, or allows it when
  * mask_nonzero_allows is true.
+ *
+ * The streaming kernels of the decode path read K and V in their storage
+ * type and compute in T. `type` (an SDPA_FLOAT* value) is the element type
+ * of the array passed as void *: SDPA_FLOAT32, SDPA_FLOAT16 or
+ * SDPA_BFLOAT16 for T = float, SDPA_FLOAT64 for T = double (the double
+ * sets do not look at it). Strides (ld_*) count elements of that array's
+ * type. Half elements are widened to T exactly (half.h).
+ *   dot_rows  s[r·ld_s + j] = c · Σ_{d<dim} q[r·ld_q + d] · K_j[d] for
+ *             r < rows, j < n, key row K_j at element j·ld_k of k.
+ *   acc_rows  acc[r·ld_a + d] += Σ_{j<n} p[r·ld_p + j] · V_j[d] for
+ *             r < rows, d < dim, value row V_j at element j·ld_v of v.
+ *             Adds to acc; every term is computed (0·inf and 0·NaN give
+ *             NaN, as they must), none is skipped.
+ *             Both read each key / value row from memory once for all the
+ *             rows (1..8 typically, up to ~64), front to back, and widen
+ *             it once per few rows (rows_simd_impl.h says how, and what
+ *             that is worth). Nothing outside s[r·ld_s + j] (r < rows,
+ *             j < n), resp. acc[r·ld_a + d] (d < dim), is written.
+ *             Accuracy: that of T accumulation, within
+ *             (terms + 2)·eps·Σ|products| of the exact value (terms = dim,
+ *             resp. n, plus acc's own magnitude for acc_rows; eps of T;
+ *             tests/test_half.c measures at most 0.39 of it). The order of
+ *             the sums differs between kernel sets but depends on n, dim,
+ *             rows and type only, so results are deterministic, whatever
+ *             the alignment of the pointers.
+ *   widen     dst[i] = src[i] (of `type`) as T, exact, i < n.
+ *   narrow    dst[i] = src[i] rounded to `type`: a copy for T's own type,
+ *             else half.h's sdpa_f32_to_f16 / sdpa_f32_to_bf16, the same
+ *             bits (NaNs included) in every kernel set.
  */
 #ifndef SDPA_ROWS_H
 #define SDPA_ROWS_H
@@ -50,6 +79,14 @@
         T (*exp_sum)(T * x, int64_t n, T m);                                   \
         void (*scale)(T * x, int64_t n, T c);                                  \
         void (*softcap)(T * x, int64_t n, T c);                                \
+        void (*dot_rows)(const T *q, int64_t ld_q, int64_t rows,               \
+                         const void *k, int64_t ld_k, int type, int64_t n,     \
+                         int64_t dim, T c, T *s, int64_t ld_s);                \
+        void (*acc_rows)(const T *p, int64_t ld_p, int64_t rows,               \
+                         const void *v, int64_t ld_v, int type, int64_t n,     \
+                         int64_t dim, T *acc, int64_t ld_a);                   \
+        void (*widen)(const void *src, int type, T *dst, int64_t n);           \
+        void (*narrow)(const T *src, int type, void *dst, int64_t n);          \
     } sdpa_row_kernels_##SUF;                                                  \
     extern const sdpa_row_kernels_##SUF sdpa_rows_portable_##SUF;              \
     extern const sdpa_row_kernels_##SUF sdpa_rows_avx2_##SUF;                  \

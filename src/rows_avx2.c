@@ -1,8 +1,8 @@
 /*
- * The AVX2+FMA row kernels. Only this file is compiled with -mavx2 -mfma;
- * rows_dispatch.c calls it only after CPU detection says it may. The
- * algorithm is in rows_simd_impl.h, written once over the macros below.
- * Lane masks are vectors here: all-ones lanes for true.
+ * The AVX2+FMA+F16C row kernels. Only this file is compiled with -mavx2
+ * -mfma -mf16c; rows_dispatch.c calls it only after CPU detection says it
+ * may. The algorithm is in rows_simd_impl.h, written once over the macros
+ * below. Lane masks are vectors here: all-ones lanes for true.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -19,9 +19,13 @@
  * sdpa_rows_avx2_exp_sum_f32, sdpa_rows_avx2_exp_sum_f64,
  * sdpa_rows_avx2_scale_f32, sdpa_rows_avx2_scale_f64,
  * sdpa_rows_avx2_softcap_f32, sdpa_rows_avx2_softcap_f64,
- * sdpa_rows_avx2_vexp_neg_f32, sdpa_rows_avx2_vexp_neg_f64
- * (rows_simd_impl.h, KERNEL_NAME), and their own copies of
- * rows_scalar_impl.h's helpers (rows_portable.c lists them). */
+ * sdpa_rows_avx2_vexp_neg_f32, sdpa_rows_avx2_vexp_neg_f64,
+ * sdpa_rows_avx2_dot_rows_f32, sdpa_rows_avx2_dot_rows_f64,
+ * sdpa_rows_avx2_acc_rows_f32, sdpa_rows_avx2_acc_rows_f64,
+ * sdpa_rows_avx2_widen_f32, sdpa_rows_avx2_widen_f64,
+ * sdpa_rows_avx2_narrow_f32, sdpa_rows_avx2_narrow_f64 and the inlined
+ * blocks they are made of (rows_simd_impl.h, KERNEL_NAME), and their own
+ * copies of rows_scalar_impl.h's helpers (rows_portable.c lists them). */
 #define ROW_KERNELS sdpa_rows_avx2
 
 /* ---- float: 8 lanes ---- */
@@ -68,6 +72,75 @@ static inline __m256 mask_forbids_f32(const uint8_t *p, bool nonzero_allows)
     return _mm256_castsi256_ps(_mm256_xor_si256(zero, flip));
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f32(p, nonzero_allows)
+/* 8 of the 16 registers hold accumulators, the rest the operands (key or
+ * value vectors, a query or weight vector): nothing spills. */
+#define ACC_VECS 8
+/* All-ones in the first n (< 8) lanes: vmaskmov reads and writes only
+ * those (and never faults on the others). */
+static inline __m256i first_lanes_f32(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#define VLOAD_PART(p, n) _mm256_maskload_ps(p, first_lanes_f32(n))
+#define VSTORE_PART(p, a, n) _mm256_maskstore_ps(p, first_lanes_f32(n), a)
+/* One vector of the lane sums of v[0..8) (lane l: v[l]'s): pairwise adds
+ * within 128-bit halves twice, then the halves. */
+static inline __m256 hsum8_f32(const __m256 *v)
+{
+    __m256 h0 =
+        _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    __m256 h1 =
+        _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20),
+                         _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+#define VHSUMW(v) hsum8_f32(v)
+/* 8 halves at p (16 bytes); halves_part: the first n (< 8), then zeros.
+ * There is no 16-bit masked load before AVX-512: a stack copy (only row
+ * tails take it). */
+static inline __m128i halves(const uint16_t *p)
+{
+    return _mm_loadu_si128((const __m128i *)(const void *)p);
+}
+static inline __m128i halves_part(const uint16_t *p, int n)
+{
+    uint16_t b[8] = {0};
+    memcpy(b, p, (size_t)n * sizeof *p);
+    return halves(b);
+}
+/* bfloat16 → float is a shift into the top half of each 32-bit lane. */
+static inline __m256 bf16_to_f32(__m128i h)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#define VLOAD_F16(p) _mm256_cvtph_ps(halves(p))
+#define VLOAD_F16_PART(p, n) _mm256_cvtph_ps(halves_part(p, n))
+#define VLOAD_BF16(p) bf16_to_f32(halves(p))
+#define VLOAD_BF16_PART(p, n) bf16_to_f32(halves_part(p, n))
+/* vcvtps2ph with an explicit nearest-even rounds as sdpa_f32_to_f16 does,
+ * NaNs included (quiet, sign and top payload kept: tests/test_half.c). */
+#define VSTORE_F16(p, a)                                                       \
+    _mm_storeu_si128(                                                          \
+        (__m128i *)(void *)(p),                                                \
+        _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+/* sdpa_f32_to_bf16 on 8 lanes: nearest even by integer addition, NaN →
+ * its top half with the quiet bit set; then the 32-bit lanes (each below
+ * 2^16, so the unsigned saturation never acts) packed to 16 bits. */
+static inline void store_bf16(uint16_t *p, __m256 a)
+{
+    __m256i x = _mm256_castps_si256(a), top = _mm256_srli_epi32(x, 16);
+    __m256i odd = _mm256_and_si256(top, _mm256_set1_epi32(1));
+    __m256i sum = _mm256_add_epi32(x, _mm256_set1_epi32(0x7fff));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(sum, odd), 16);
+    __m256i quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+    __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+    r = _mm256_blendv_epi8(r, quiet, _mm256_castps_si256(nan));
+    _mm_storeu_si128((__m128i *)(void *)p,
+                     _mm_packus_epi32(_mm256_castsi256_si128(r),
+                                      _mm256_extracti128_si256(r, 1)));
+}
+#define VSTORE_BF16(p, a) store_bf16(p, a)
 #include "rows_simd_impl.h"
 #include "rows_simd_undef.h"
 
@@ -114,6 +187,23 @@ static inline __m256d mask_forbids_f64(const uint8_t *p, bool nonzero_allows)
     return _mm256_castsi256_pd(_mm256_xor_si256(zero, flip));
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f64(p, nonzero_allows)
+#define ACC_VECS 8
+static inline __m256i first_lanes_f64(int n)
+{
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n),
+                              _mm256_setr_epi64x(0, 1, 2, 3));
+}
+#define VLOAD_PART(p, n) _mm256_maskload_pd(p, first_lanes_f64(n))
+#define VSTORE_PART(p, a, n) _mm256_maskstore_pd(p, first_lanes_f64(n), a)
+/* One vector of the lane sums of v[0..4): pairs within 128-bit halves,
+ * then the halves. */
+static inline __m256d hsum4_f64(const __m256d *v)
+{
+    __m256d h0 = _mm256_hadd_pd(v[0], v[1]), h1 = _mm256_hadd_pd(v[2], v[3]);
+    return _mm256_add_pd(_mm256_permute2f128_pd(h0, h1, 0x20),
+                         _mm256_permute2f128_pd(h0, h1, 0x31));
+}
+#define VHSUMW(v) hsum4_f64(v)
 #include "rows_simd_impl.h"
 #include "rows_simd_undef.h"
 

@@ -1,7 +1,8 @@
 /*
- * The AVX-512 row kernels (F, DQ, BW and VL: the x86-64-v4 set). Only this
- * file is compiled with those -m flags; rows_dispatch.c calls it only after
- * CPU detection says it may. The algorithm is rows_simd_impl.h, the same as
+ * The AVX-512 row kernels (F, DQ, BW and VL, with AVX2, FMA and F16C: the
+ * x86-64-v4 set). Only this file is compiled with those -m flags;
+ * rows_dispatch.c calls it only after CPU detection says it may. The
+ * algorithm is rows_simd_impl.h, the same as
  * the AVX2 kernels' on twice the lanes, with lane masks in mask registers.
  * The 32 vector registers hold the four interleaved exps without spills.
  */
@@ -20,9 +21,13 @@
  * sdpa_rows_avx512_exp_sum_f32, sdpa_rows_avx512_exp_sum_f64,
  * sdpa_rows_avx512_scale_f32, sdpa_rows_avx512_scale_f64,
  * sdpa_rows_avx512_softcap_f32, sdpa_rows_avx512_softcap_f64,
- * sdpa_rows_avx512_vexp_neg_f32, sdpa_rows_avx512_vexp_neg_f64
- * (rows_simd_impl.h, KERNEL_NAME), and their own copies of
- * rows_scalar_impl.h's helpers (rows_portable.c lists them). */
+ * sdpa_rows_avx512_vexp_neg_f32, sdpa_rows_avx512_vexp_neg_f64,
+ * sdpa_rows_avx512_dot_rows_f32, sdpa_rows_avx512_dot_rows_f64,
+ * sdpa_rows_avx512_acc_rows_f32, sdpa_rows_avx512_acc_rows_f64,
+ * sdpa_rows_avx512_widen_f32, sdpa_rows_avx512_widen_f64,
+ * sdpa_rows_avx512_narrow_f32, sdpa_rows_avx512_narrow_f64 and the inlined
+ * blocks they are made of (rows_simd_impl.h, KERNEL_NAME), and their own
+ * copies of rows_scalar_impl.h's helpers (rows_portable.c lists them). */
 #define ROW_KERNELS sdpa_rows_avx512
 
 /* ---- float: 16 lanes ---- */
@@ -67,6 +72,84 @@ static inline __mmask16 mask_forbids_f32(const uint8_t *p, bool nonzero_allows)
                           : _mm_cmpneq_epi8_mask(bytes, _mm_setzero_si128());
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f32(p, nonzero_allows)
+/* 16 of the 32 registers hold accumulators, the rest the operands. */
+#define ACC_VECS 16
+/* The first n (< 16) lanes: masked loads read (and stores write) only
+ * those, and never fault on the others. */
+#define FIRST_LANES_16(n) ((__mmask16)((1u << (n)) - 1))
+#define VLOAD_PART(p, n) _mm512_maskz_loadu_ps(FIRST_LANES_16(n), p)
+#define VSTORE_PART(p, a, n) _mm512_mask_storeu_ps(p, FIRST_LANES_16(n), a)
+/* One vector of the lane sums of v[0..16) (lane l: v[l]'s), in four
+ * rounds that each halve the vectors: 256-bit halves, 128-bit quarters
+ * (each 128-bit lane then holds 4 partial sums of one vector), pairs and
+ * single lanes within 128-bit lanes. The last two rounds leave lane 4q + m
+ * with the sum of input 4m + q, so the inputs are taken transposed. */
+static inline __m512 fold_pair_f32(__m512 a, __m512 b)
+{
+    /* [a(L0+L2), a(L1+L3), b(L0+L2), b(L1+L3)] in 128-bit lanes L */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44),
+                         _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+static inline __m512 fold_quad_f32(__m512 ab, __m512 cd)
+{
+    /* [a, b, c, d], each 4 partial sums */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88),
+                         _mm512_shuffle_f32x4(ab, cd, 0xDD));
+}
+static inline __m512 hsum16_f32(const __m512 *v)
+{
+#define IN(p) v[(p) % 4 * 4 + (p) / 4]
+    __m512 y[4];
+    for (int i = 0; i < 4; i++)
+        y[i] = fold_quad_f32(fold_pair_f32(IN(4 * i), IN(4 * i + 1)),
+                             fold_pair_f32(IN(4 * i + 2), IN(4 * i + 3)));
+#undef IN
+    __m512 z0 = _mm512_add_ps(_mm512_unpacklo_ps(y[0], y[1]),
+                              _mm512_unpackhi_ps(y[0], y[1]));
+    __m512 z1 = _mm512_add_ps(_mm512_unpacklo_ps(y[2], y[3]),
+                              _mm512_unpackhi_ps(y[2], y[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(z0, z1, 0x44),
+                         _mm512_shuffle_ps(z0, z1, 0xEE));
+}
+#define VHSUMW(v) hsum16_f32(v)
+/* 16 halves at p (32 bytes); the _PART forms the first n (< 16), zeros
+ * after them, by a masked 16-bit load (AVX512BW+VL). */
+static inline __m256i halves(const uint16_t *p)
+{
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+/* bfloat16 → float is a shift into the top half of each 32-bit lane. */
+static inline __m512 bf16_to_f32(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#define VLOAD_F16(p) _mm512_cvtph_ps(halves(p))
+#define VLOAD_F16_PART(p, n)                                                   \
+    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(FIRST_LANES_16(n), p))
+#define VLOAD_BF16(p) bf16_to_f32(halves(p))
+#define VLOAD_BF16_PART(p, n)                                                  \
+    bf16_to_f32(_mm256_maskz_loadu_epi16(FIRST_LANES_16(n), p))
+/* vcvtps2ph with an explicit nearest-even rounds as sdpa_f32_to_f16 does,
+ * NaNs included (quiet, sign and top payload kept: tests/test_half.c). */
+#define VSTORE_F16(p, a)                                                       \
+    _mm256_storeu_si256(                                                       \
+        (__m256i *)(void *)(p),                                                \
+        _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+/* sdpa_f32_to_bf16 on 16 lanes, by integer arithmetic (AVX512_BF16's
+ * vcvtneps2bf16 is not in the x86-64-v4 set): nearest even by addition,
+ * NaN → its top half with the quiet bit set; then each 32-bit lane
+ * truncated to its low 16 bits. */
+static inline void store_bf16(uint16_t *p, __m512 a)
+{
+    __m512i x = _mm512_castps_si512(a), top = _mm512_srli_epi32(x, 16);
+    __m512i odd = _mm512_and_si512(top, _mm512_set1_epi32(1));
+    __m512i sum = _mm512_add_epi32(x, _mm512_set1_epi32(0x7fff));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(sum, odd), 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, top, _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
+}
+#define VSTORE_BF16(p, a) store_bf16(p, a)
 #include "rows_simd_impl.h"
 #include "rows_simd_undef.h"
 
@@ -112,7 +195,38 @@ static inline __mmask8 mask_forbids_f64(const uint8_t *p, bool nonzero_allows)
     return (__mmask8)(lanes & 0xFF); /* the upper 8 bytes are not ours */
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f64(p, nonzero_allows)
+#define ACC_VECS 16
+#define FIRST_LANES_8(n) ((__mmask8)((1u << (n)) - 1))
+#define VLOAD_PART(p, n) _mm512_maskz_loadu_pd(FIRST_LANES_8(n), p)
+#define VSTORE_PART(p, a, n) _mm512_mask_storeu_pd(p, FIRST_LANES_8(n), a)
+/* One vector of the lane sums of v[0..8), as hsum16_f32 with 2 lanes per
+ * 128-bit lane: 256-bit halves, 128-bit quarters, then the pairs; lane
+ * 2q + m gets input 4m + q's sum, so the inputs are taken transposed. */
+static inline __m512d fold_pair_f64(__m512d a, __m512d b)
+{
+    return _mm512_add_pd(_mm512_shuffle_f64x2(a, b, 0x44),
+                         _mm512_shuffle_f64x2(a, b, 0xEE));
+}
+static inline __m512d fold_quad_f64(__m512d ab, __m512d cd)
+{
+    return _mm512_add_pd(_mm512_shuffle_f64x2(ab, cd, 0x88),
+                         _mm512_shuffle_f64x2(ab, cd, 0xDD));
+}
+static inline __m512d hsum8_f64(const __m512d *v)
+{
+#define IN(p) v[(p) % 4 * 2 + (p) / 4]
+    __m512d y0 =
+        fold_quad_f64(fold_pair_f64(IN(0), IN(1)), fold_pair_f64(IN(2), IN(3)));
+    __m512d y1 =
+        fold_quad_f64(fold_pair_f64(IN(4), IN(5)), fold_pair_f64(IN(6), IN(7)));
+#undef IN
+    return _mm512_add_pd(_mm512_unpacklo_pd(y0, y1),
+                         _mm512_unpackhi_pd(y0, y1));
+}
+#define VHSUMW(v) hsum8_f64(v)
 #include "rows_simd_impl.h"
 #include "rows_simd_undef.h"
+#undef FIRST_LANES_16
+#undef FIRST_LANES_8
 
 #endif /* x86 */

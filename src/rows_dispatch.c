@@ -6,6 +6,19 @@
 
 #include <stdlib.h>
 
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <cpuid.h>
+
+/* F16C (CPUID leaf 1, ECX bit 29), read directly: clang before 15 does not
+ * know "f16c" in __builtin_cpu_supports. It works on the YMM state that
+ * the avx2 check below has found the OS saving. */
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 bool sdpa_kernel_supported(int kernel)
 {
     switch (kernel) {
@@ -13,14 +26,17 @@ bool sdpa_kernel_supported(int kernel)
         return true;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     /* libgcc / compiler-rt also check XGETBV for the OS's YMM / ZMM and
-     * mask-register state before they report these features. */
+     * mask-register state before they report these features. F16C
+     * converts the half types in both sets: AVX2 CPUs have it, but it is
+     * a CPUID bit of its own, which a hypervisor may hide. */
     case SDPA_KERNEL_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma") && cpu_has_f16c();
     case SDPA_KERNEL_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx2") &&
-               __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("fma") && cpu_has_f16c() &&
                __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512bw") &&

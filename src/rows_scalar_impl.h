@@ -1,6 +1,7 @@
 /* Scalar row operations on x[from, n), for one T/SUF: the portable kernels
  * are these over whole rows, the vector kernels (AVX2, AVX-512) use them for
  * row tails. */
+#include "half.h"
 
 /* x += bias, forbidden → -inf; returns max(m, the new values) and ORs into
  * *nan whether a NaN was met (the max alone would drop it). */
@@ -71,4 +72,53 @@ static inline void NAME(scalar_softcap)(T *x, int64_t from, int64_t n, T c)
         if (v == v)
             x[j] = signbit(v) ? -r : r;
     }
+}
+
+/* Does this T's kernel set read `type` as a half type? Only float's do
+ * (rows.h); the double sets take every array as double. A constant after
+ * inlining, so the other branches vanish. */
+static inline bool NAME(reads_f16)(int type)
+{
+    return sizeof(T) == sizeof(float) && type == SDPA_FLOAT16;
+}
+static inline bool NAME(reads_bf16)(int type)
+{
+    return sizeof(T) == sizeof(float) && type == SDPA_BFLOAT16;
+}
+
+/* Bytes of one element of an array of `type`, as this T's set reads it. */
+static inline size_t NAME(elem_size)(int type)
+{
+    return NAME(reads_f16)(type) || NAME(reads_bf16)(type) ? 2 : sizeof(T);
+}
+
+/* dst[i] = src[i] widened to T (exactly), i in [from, n). */
+static inline void NAME(scalar_widen)(const void *src, int type, T *dst,
+                                      int64_t from, int64_t n)
+{
+    const uint16_t *h = src;
+    if (NAME(reads_f16)(type))
+        for (int64_t i = from; i < n; i++)
+            dst[i] = sdpa_f16_to_f32(h[i]);
+    else if (NAME(reads_bf16)(type))
+        for (int64_t i = from; i < n; i++)
+            dst[i] = sdpa_bf16_to_f32(h[i]);
+    else if (n > from)
+        memcpy(dst + from, (const T *)src + from,
+               (size_t)(n - from) * sizeof(T));
+}
+
+/* dst[i] = src[i] rounded to `type` (half.h's functions), i in [from, n). */
+static inline void NAME(scalar_narrow)(const T *src, int type, void *dst,
+                                       int64_t from, int64_t n)
+{
+    uint16_t *h = dst;
+    if (NAME(reads_f16)(type))
+        for (int64_t i = from; i < n; i++)
+            h[i] = sdpa_f32_to_f16((float)src[i]);
+    else if (NAME(reads_bf16)(type))
+        for (int64_t i = from; i < n; i++)
+            h[i] = sdpa_f32_to_bf16((float)src[i]);
+    else if (n > from)
+        memcpy((T *)dst + from, src + from, (size_t)(n - from) * sizeof(T));
 }

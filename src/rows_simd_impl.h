@@ -2,7 +2,13 @@
  * (rows_avx2.c, rows_avx512.c) and instantiated there per T/SUF: W lanes of
  * type VT, lane masks of type VM (vector lanes on AVX2, mask registers on
  * AVX-512), integer lanes VI; ROW_KERNELS names the kernel set. Tails use
- * the scalar kernels' math. */
+ * the scalar kernels' math. The streaming kernels (dot_rows, acc_rows,
+ * widen, narrow) also need VLOAD_PART / VSTORE_PART (the first n < W
+ * lanes only), VHSUMW (W vectors' lane sums as one vector), ACC_VECS (the
+ * accumulators that fit in registers beside the operands) and, for float
+ * only, VLOAD_F16 / VLOAD_BF16 (W halves widened), their _PART forms and
+ * VSTORE_F16 / VSTORE_BF16 (W floats narrowed, half.h's bits); this file
+ * undefines those at its end. */
 #include "rows_scalar_impl.h"
 
 /* KERNEL_NAME(mask_max) → sdpa_rows_avx2_mask_max_f32 and the like: each
@@ -156,11 +162,445 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
     NAME(scalar_softcap)(x, j, n, c);
 }
 
+/* ---- The streaming kernels (rows.h: dot_rows, acc_rows, widen, narrow) ----
+ *
+ * Decode reads a block of K (then V) from memory once per token, for 1..64
+ * query rows: these kernels are bound by memory bandwidth. Each key / value
+ * row is loaded (and widened from a half type) once per block of R query
+ * rows, from registers, and the few rows being worked on stay in L1 while
+ * the other row blocks pass over them, so each row leaves memory once:
+ *   dot_rows: DOT_KEYS keeps R rows × KEYS_AT_ONCE(R) keys of sums in
+ *     registers over the dim, for groups of ACC_VECS keys (ACC_VECS, from
+ *     the ISA file, is what the registers hold beside the operands), then
+ *     reduces W of them at a time into one vector of sums (VHSUMW);
+ *   acc_rows: ACC_BLOCK keeps R rows × S vectors of acc in registers over
+ *     the keys of a sub-block (about 16 KB of V, in L1 while the row
+ *     blocks and slices pass over it); R is as large as lets S cover the
+ *     whole value row, so that the pass from memory reads whole rows.
+ * The order of the reads matters as much as their number: the hardware
+ * prefetchers follow reads that run forward through memory, row after row,
+ * and lose interleaved rows. One query row reads one key row at a time,
+ * front to back (measured on Zen 5: 81-98 % of a plain read's bandwidth
+ * from DRAM, against 50 % with 4 keys interleaved). Several query rows
+ * need the interleaved keys for enough independent sums, so they prefetch
+ * the rows PREFETCH_KEYS ahead (in the first pass of dot_rows, spread over
+ * all passes of acc_rows), which was worth 10 points there and cost as
+ * much for one row.
+ * The blocks take R, the key and vector counts and the type as constants
+ * (they are inlined where they are used with constants), so that
+ * compilers unroll them and keep their accumulators in registers. The
+ * summation order depends on dim, n, rows and the type only, never on
+ * addresses. */
+#define STREAM_INLINE static inline __attribute__((always_inline))
+/* T's own SDPA_FLOAT* type: what the kernels read when `type` is no half
+ * type of this T (rows_scalar_impl.h: reads_f16, reads_bf16). */
+#define OWN_TYPE (sizeof(T) == sizeof(float) ? SDPA_FLOAT32 : SDPA_FLOAT64)
+#define MIN_INT(a, b) ((a) < (b) ? (a) : (b))
+/* Keys side by side in DOT_KEYS for R rows: one for one row (reads in
+ * order), else up to 4 (R·4 <= ACC_VECS independent sums). */
+#define KEYS_AT_ONCE(R) ((R) == 1 ? 1 : MIN_INT(ACC_VECS / (R), 4))
+/* Vectors of one acc row that ACC_BLOCK keeps in registers at most. */
+#define ACC_SLICE MIN_INT(ACC_VECS, 8)
+/* How far ahead (in keys) several query rows prefetch: 4 KB of float32
+ * rows of 128; 4 to 32 measured, 8 best. */
+#define PREFETCH_KEYS 8
+/* Short names for the pieces below (clang-format takes a long
+ * KERNEL_NAME(x)(...) statement for a declaration). */
+#define LOAD_W KERNEL_NAME(load_w)
+#define LOAD_PART KERNEL_NAME(load_part)
+#define PREFETCH_ROWS KERNEL_NAME(prefetch_rows)
+#define DOT_STORE KERNEL_NAME(dot_store)
+#define DOT_KEYS KERNEL_NAME(dot_keys)
+#define DOT_GROUP KERNEL_NAME(dot_group)
+#define DOT_TYPED KERNEL_NAME(dot_typed)
+#define ACC_BLOCK KERNEL_NAME(acc_block)
+#define ACC_ROW_BLOCK KERNEL_NAME(acc_row_block)
+#define ACC_TYPED KERNEL_NAME(acc_typed)
+
+/* W elements of `type` at p, widened to T; LOAD_PART: the first `count`
+ * (< W) of them, the other lanes 0, nothing read past them. */
+STREAM_INLINE VT LOAD_W(const char *p, const int type)
+{
+#ifdef VLOAD_F16
+    if (type == SDPA_FLOAT16)
+        return VLOAD_F16((const uint16_t *)(const void *)p);
+    if (type == SDPA_BFLOAT16)
+        return VLOAD_BF16((const uint16_t *)(const void *)p);
+#endif
+    (void)type;
+    return VLOAD((const T *)(const void *)p);
+}
+
+STREAM_INLINE VT LOAD_PART(const char *p, const int type, int count)
+{
+#ifdef VLOAD_F16
+    if (type == SDPA_FLOAT16)
+        return VLOAD_F16_PART((const uint16_t *)(const void *)p, count);
+    if (type == SDPA_BFLOAT16)
+        return VLOAD_BF16_PART((const uint16_t *)(const void *)p, count);
+#endif
+    (void)type;
+    return VLOAD_PART((const T *)(const void *)p, count);
+}
+
+/* Bytes [lo, hi) of rows [from, to) (row j at base + j·st), a cache line
+ * at a time, into L1. Only rows of the caller's block are named. */
+STREAM_INLINE void PREFETCH_ROWS(const char *base, int64_t st, int64_t from,
+                                 int64_t to, int64_t lo, int64_t hi)
+{
+    for (int64_t j = from; j < to; j++)
+        for (int64_t off = lo; off < hi; off += 64)
+            _mm_prefetch(base + j * st + off, _MM_HINT_T0);
+}
+
+/* s[i·ld_s + g] = c · (the lane sum of acc[i·G + g]) for i < R, g < G: W
+ * sums at a time as one vector (VHSUMW), scaled, written by row. */
+STREAM_INLINE void DOT_STORE(const VT *acc, const int R, const int G, T c, T *s,
+                             int64_t ld_s)
+{
+    const VT zero = VZERO(), vc = VSET1(c);
+    for (int f0 = 0; f0 < R * G; f0 += W) {
+        VT part[W];
+        for (int l = 0; l < W; l++)
+            part[l] = f0 + l < R * G ? acc[f0 + l] : zero;
+        VT sums = VMUL(VHSUMW(part), vc);
+        if (G % W == 0) { /* W keys of one row */
+            VSTORE(s + f0 / G * ld_s + f0 % G, sums);
+            continue;
+        }
+        T lanes[W];
+        VSTORE(lanes, sums);
+        for (int l = 0; l < W && f0 + l < R * G; l++)
+            s[(f0 + l) / G * ld_s + (f0 + l) % G] = lanes[l];
+    }
+}
+
+/* s[i·ld_s + g] = c · Σ_{d<dim} q[i·ld_q + d] · K_g[d] for R rows i and G
+ * keys g (key g at kp + g·kst bytes): KA = KEYS_AT_ONCE(R) neighbouring
+ * keys at a time, their R·KA sums in registers over the dim, kept for
+ * DOT_STORE. With pf_n > 0 (keys from kp in the block), the keys
+ * PREFETCH_KEYS ahead are prefetched as it goes. */
+STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
+                            int64_t kst, int64_t dim, T c, T *s, int64_t ld_s,
+                            int64_t pf_n, const int type, const int R,
+                            const int G)
+{
+    const int64_t es = (int64_t)NAME(elem_size)(type);
+    const int KA = MIN_INT(G, KEYS_AT_ONCE(R));
+    VT acc[4 * ACC_VECS];
+    for (int g0 = 0; g0 < G; g0 += KA) {
+        const char *k0 = kp + g0 * kst;
+        if (g0 + PREFETCH_KEYS < pf_n)
+            PREFETCH_ROWS(kp, kst, g0 + PREFETCH_KEYS,
+                          MIN_INT(g0 + PREFETCH_KEYS + KA, pf_n), 0, dim * es);
+        VT a[ACC_VECS], kv[ACC_VECS];
+        for (int f = 0; f < R * KA; f++)
+            a[f] = VZERO();
+        int64_t d = 0;
+        for (; d + W <= dim; d += W) {
+            for (int g = 0; g < KA; g++)
+                kv[g] = LOAD_W(k0 + g * kst + d * es, type);
+            for (int i = 0; i < R; i++) {
+                VT qv = VLOAD(q + i * ld_q + d);
+                for (int g = 0; g < KA; g++)
+                    a[i * KA + g] = VFMA(qv, kv[g], a[i * KA + g]);
+            }
+        }
+        if (d < dim) { /* the last dim % W elements; the lanes past add 0 */
+            const int count = (int)(dim - d);
+            for (int g = 0; g < KA; g++)
+                kv[g] = LOAD_PART(k0 + g * kst + d * es, type, count);
+            for (int i = 0; i < R; i++) {
+                VT qv = VLOAD_PART(q + i * ld_q + d, count);
+                for (int g = 0; g < KA; g++)
+                    a[i * KA + g] = VFMA(qv, kv[g], a[i * KA + g]);
+            }
+        }
+        for (int i = 0; i < R; i++)
+            for (int g = 0; g < KA; g++)
+                acc[i * G + g0 + g] = a[i * KA + g];
+    }
+    DOT_STORE(acc, R, G, c, s, ld_s);
+}
+
+/* KG keys (from kp, pf_n keys left in the block) against every row: 4,
+ * then 2, then 1 rows at a time. The KG rows stay in L1 while the row
+ * blocks go over them; the first block, the one that reads them from
+ * memory, prefetches when there are several rows. */
+STREAM_INLINE void DOT_GROUP(const T *q, int64_t ld_q, int64_t rows,
+                             const char *kp, int64_t kst, int64_t dim, T c,
+                             T *s, int64_t ld_s, int64_t pf_n, const int type,
+                             const int KG)
+{
+    if (rows == 1)
+        pf_n = 0;
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4, pf_n = 0)
+        DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
+                 type, 4, KG);
+    if (r + 2 <= rows) {
+        DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
+                 type, 2, KG);
+        r += 2, pf_n = 0;
+    }
+    if (r < rows)
+        DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
+                 type, 1, KG);
+}
+
+/* Groups of ACC_VECS keys, then of 4, then single keys. */
+STREAM_INLINE void DOT_TYPED(const T *q, int64_t ld_q, int64_t rows,
+                             const void *k, int64_t ld_k, const int type,
+                             int64_t n, int64_t dim, T c, T *s, int64_t ld_s)
+{
+    const int64_t kst = ld_k * (int64_t)NAME(elem_size)(type);
+    const char *kp = k;
+    int64_t j = 0;
+    for (; j + ACC_VECS <= n; j += ACC_VECS)
+        DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
+                  type, ACC_VECS);
+    if (j + 4 <= n) {
+        DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
+                  type, 4);
+        j += 4;
+    }
+    for (; j < n; j++)
+        DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
+                  type, 1);
+}
+
+static void KERNEL_NAME(dot_rows)(const T *q, int64_t ld_q, int64_t rows,
+                                  const void *k, int64_t ld_k, int type,
+                                  int64_t n, int64_t dim, T c, T *s,
+                                  int64_t ld_s)
+{
+#ifdef VLOAD_F16
+    if (type == SDPA_FLOAT16) {
+        DOT_TYPED(q, ld_q, rows, k, ld_k, SDPA_FLOAT16, n, dim, c, s, ld_s);
+        return;
+    }
+    if (type == SDPA_BFLOAT16) {
+        DOT_TYPED(q, ld_q, rows, k, ld_k, SDPA_BFLOAT16, n, dim, c, s, ld_s);
+        return;
+    }
+#endif
+    (void)type;
+    DOT_TYPED(q, ld_q, rows, k, ld_k, OWN_TYPE, n, dim, c, s, ld_s);
+}
+
+/* Where ACC_BLOCK prefetches: from row `base` (the sub-block's first),
+ * rows up to n of the block, bytes [lo, hi) of each; base NULL: nowhere. */
+typedef struct NAME(acc_prefetch) {
+    const char *base;
+    int64_t n, lo, hi;
+} NAME(acc_prefetch);
+
+/* acc[i·ld_a + l] += Σ_{j<n} p[i·ld_p + j] · V_j[l] for R rows i and the
+ * S·W elements l of a slice (only the first `count` < W when part, S = 1),
+ * V_j's slice at vp + j·vst bytes. The slice of acc stays in registers
+ * over the keys; each V vector is loaded (and widened) once for R rows. */
+STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
+                             int64_t vst, int64_t n, T *acc, int64_t ld_a,
+                             NAME(acc_prefetch) pf, const int type, const int R,
+                             const int S, const bool part, int count)
+{
+    const int64_t es = (int64_t)NAME(elem_size)(type);
+    VT a[ACC_VECS];
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < S; v++)
+            a[i * S + v] = part ? VLOAD_PART(acc + i * ld_a, count)
+                                : VLOAD(acc + i * ld_a + v * W);
+    for (int64_t j = 0; j < n; j++) {
+        const char *vj = vp + j * vst;
+        if (pf.base && j + PREFETCH_KEYS < pf.n)
+            PREFETCH_ROWS(pf.base, vst, j + PREFETCH_KEYS,
+                          j + PREFETCH_KEYS + 1, pf.lo, pf.hi);
+        VT vv[ACC_VECS];
+        for (int v = 0; v < S; v++)
+            vv[v] = part ? LOAD_PART(vj, type, count)
+                         : LOAD_W(vj + v * W * es, type);
+        for (int i = 0; i < R; i++) {
+            VT pj = VSET1(p[i * ld_p + j]);
+            for (int v = 0; v < S; v++)
+                a[i * S + v] = VFMA(pj, vv[v], a[i * S + v]);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int v = 0; v < S; v++) {
+            if (part)
+                VSTORE_PART(acc + i * ld_a, a[i * S + v], count);
+            else
+                VSTORE(acc + i * ld_a + v * W, a[i * S + v]);
+        }
+}
+
+/* R rows of acc over n keys, the whole dim: slices of the most vectors
+ * that R rows' accumulators allow (at most ACC_SLICE), then 4, 2, 1
+ * vectors and the partial one, each a pass over the keys; the first
+ * prefetches (pf). */
+STREAM_INLINE void ACC_ROW_BLOCK(const T *p, int64_t ld_p, const char *vp,
+                                 int64_t vst, int64_t n, int64_t dim, T *acc,
+                                 int64_t ld_a, NAME(acc_prefetch) pf,
+                                 const int type, const int R)
+{
+    const int64_t es = (int64_t)NAME(elem_size)(type);
+    const int most = MIN_INT(ACC_VECS / R, ACC_SLICE);
+    int64_t d = 0;
+    for (; d + most * W <= dim; d += most * W, pf.base = NULL)
+        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R,
+                  most, false, W);
+    if (most > 4 && d + 4 * W <= dim) {
+        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 4,
+                  false, W);
+        d += 4 * W, pf.base = NULL;
+    }
+    if (most > 2 && d + 2 * W <= dim) {
+        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 2,
+                  false, W);
+        d += 2 * W, pf.base = NULL;
+    }
+    if (most > 1 && d + W <= dim) {
+        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 1,
+                  false, W);
+        d += W, pf.base = NULL;
+    }
+    if (d < dim)
+        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 1,
+                  true, (int)(dim - d));
+}
+
+/* Keys a sub-block at a time, about 16 KB of V, which stays in L1 while
+ * the row blocks and slices pass over it; rows 4 at a time if 4 rows'
+ * slices cover a value row, else 2 (or 1 if even those do not fit the
+ * registers), so that the first pass over the sub-block, the one from
+ * memory, reads whole rows where it can. With several rows, each row
+ * block's first pass prefetches its share of the rows PREFETCH_KEYS
+ * ahead, so that the prefetches go on while the later passes work from
+ * L1. acc is loaded and stored once per sub-block and slice; the sums'
+ * order (sequential in j) is the same as without sub-blocks. */
+STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
+                             const void *v, int64_t ld_v, const int type,
+                             int64_t n, int64_t dim, T *acc, int64_t ld_a)
+{
+    const int64_t es = (int64_t)NAME(elem_size)(type), vst = ld_v * es;
+    const int64_t row_bytes = dim * es > 0 ? dim * es : 1;
+    const int64_t sub = 16384 / row_bytes < 8 ? 8 : 16384 / row_bytes;
+    const int64_t most4 = MIN_INT(ACC_VECS / 4, ACC_SLICE) * W;
+    const int rmax = dim <= most4 ? 4 : ACC_VECS / ACC_SLICE >= 2 ? 2 : 1;
+    /* row blocks: rows / rmax of rmax, then one of 2 and / or one of 1 */
+    const int64_t rest = rows % rmax;
+    const int64_t blocks = rows / rmax + (rest >= 2) + (rest % 2);
+    /* several passes over a sub-block: several rows, or rows longer than
+     * one pass takes */
+    const bool several = rows > 1 || dim > ACC_SLICE * W;
+    for (int64_t j0 = 0; j0 < n; j0 += sub) {
+        const int64_t nb = MIN_INT(sub, n - j0);
+        const char *vp = (const char *)v + j0 * vst;
+        NAME(acc_prefetch) pf = {several ? vp : NULL, n - j0, 0, 0};
+        int64_t r = 0, b = 0;
+        /* block b prefetches the lines [b, b + 1)·row_bytes / blocks */
+#define SHARE(b) ((b) == blocks ? row_bytes : (b)*row_bytes / blocks / 64 * 64)
+        for (; r + rmax <= rows && rmax == 4; r += 4, b++) {
+            pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
+            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
+                          acc + r * ld_a, ld_a, pf, type, 4);
+        }
+        for (; r + 2 <= rows && rmax >= 2; r += 2, b++) {
+            pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
+            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
+                          acc + r * ld_a, ld_a, pf, type, 2);
+        }
+        for (; r < rows; r++, b++) {
+            pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
+            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
+                          acc + r * ld_a, ld_a, pf, type, 1);
+        }
+#undef SHARE
+    }
+}
+
+static void KERNEL_NAME(acc_rows)(const T *p, int64_t ld_p, int64_t rows,
+                                  const void *v, int64_t ld_v, int type,
+                                  int64_t n, int64_t dim, T *acc, int64_t ld_a)
+{
+#ifdef VLOAD_F16
+    if (type == SDPA_FLOAT16) {
+        ACC_TYPED(p, ld_p, rows, v, ld_v, SDPA_FLOAT16, n, dim, acc, ld_a);
+        return;
+    }
+    if (type == SDPA_BFLOAT16) {
+        ACC_TYPED(p, ld_p, rows, v, ld_v, SDPA_BFLOAT16, n, dim, acc, ld_a);
+        return;
+    }
+#endif
+    (void)type;
+    ACC_TYPED(p, ld_p, rows, v, ld_v, OWN_TYPE, n, dim, acc, ld_a);
+}
+
+/* Widening and narrowing: W at a time, the tail (and T's own type, a
+ * copy) by the scalar code, whose bits the vector code gives. */
+static void KERNEL_NAME(widen)(const void *src, int type, T *dst, int64_t n)
+{
+    int64_t i = 0;
+#ifdef VLOAD_F16
+    const uint16_t *h = src;
+    if (type == SDPA_FLOAT16)
+        for (; i + W <= n; i += W)
+            VSTORE(dst + i, VLOAD_F16(h + i));
+    else if (type == SDPA_BFLOAT16)
+        for (; i + W <= n; i += W)
+            VSTORE(dst + i, VLOAD_BF16(h + i));
+#endif
+    NAME(scalar_widen)(src, type, dst, i, n);
+}
+
+static void KERNEL_NAME(narrow)(const T *src, int type, void *dst, int64_t n)
+{
+    int64_t i = 0;
+#ifdef VLOAD_F16
+    uint16_t *h = dst;
+    if (type == SDPA_FLOAT16)
+        for (; i + W <= n; i += W)
+            VSTORE_F16(h + i, VLOAD(src + i));
+    else if (type == SDPA_BFLOAT16)
+        for (; i + W <= n; i += W)
+            VSTORE_BF16(h + i, VLOAD(src + i));
+#endif
+    NAME(scalar_narrow)(src, type, dst, i, n);
+}
+
 const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
-    KERNEL_NAME(mask_max),
-    KERNEL_NAME(exp_sum),
-    KERNEL_NAME(scale),
-    KERNEL_NAME(softcap),
+    KERNEL_NAME(mask_max), KERNEL_NAME(exp_sum),  KERNEL_NAME(scale),
+    KERNEL_NAME(softcap),  KERNEL_NAME(dot_rows), KERNEL_NAME(acc_rows),
+    KERNEL_NAME(widen),    KERNEL_NAME(narrow),
 };
 
 #undef KERNEL_NAME
+#undef STREAM_INLINE
+#undef OWN_TYPE
+#undef MIN_INT
+#undef KEYS_AT_ONCE
+#undef ACC_SLICE
+#undef PREFETCH_KEYS
+#undef LOAD_W
+#undef LOAD_PART
+#undef PREFETCH_ROWS
+#undef DOT_STORE
+#undef DOT_KEYS
+#undef DOT_GROUP
+#undef DOT_TYPED
+#undef ACC_BLOCK
+#undef ACC_ROW_BLOCK
+#undef ACC_TYPED
+/* The streaming kernels' ISA macros end here too (rows_simd_undef.h lists
+ * the older ones). */
+#undef ACC_VECS
+#undef VLOAD_PART
+#undef VSTORE_PART
+#undef VHSUMW
+#undef VLOAD_F16
+#undef VLOAD_F16_PART
+#undef VLOAD_BF16
+#undef VLOAD_BF16_PART
+#undef VSTORE_F16
+#undef VSTORE_BF16

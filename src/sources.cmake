@@ -27,12 +27,13 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/rows_avx512.c
 )
 
-# The AVX2+FMA and AVX-512 row kernels are always built and chosen at run
-# time by CPU detection, so only their own files get the ISA flags.
+# The AVX2+FMA+F16C and AVX-512 row kernels are always built and chosen at
+# run time by CPU detection, so only their own files get the ISA flags.
+# F16C converts the half types (the AVX2 set's only source of vcvtph2ps).
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64|i[3-6]86")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/rows_avx2.c
-    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/rows_avx512.c
     PROPERTIES COMPILE_OPTIONS
-    "-mavx2;-mfma;-mavx512f;-mavx512dq;-mavx512bw;-mavx512vl")
+    "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512dq;-mavx512bw;-mavx512vl")
 endif()

@@ -31,6 +31,9 @@ const char *sdpa_status_string(int status)
         [SDPA_ERR_BAD_ALIBI] = "bad ALiBi slope",
         [SDPA_ERR_BAD_SINK] = "bad sink logit",
         [SDPA_ERR_BAD_LOGITS_STAGE] = "bad logits stage",
+        [SDPA_ERR_BAD_PAGE] = "bad paged K/V block table",
+        [SDPA_ERR_PARALLEL_FOR] =
+            "the caller's parallel-for broke its contract",
     };
     if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
         return "unknown status";

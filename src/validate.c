@@ -180,19 +180,15 @@ static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
     if (p->mask.data)
         mask = (const uint8_t *)sdpa_at(&p->mask, 1, b, h, i);
     if (p->bias.data)
-        bias = sdpa_at(&p->bias, p->elem_size, b, h, i);
+        bias = sdpa_at(&p->bias, sdpa_dtype_size(p->bias_type), b, h, i);
     const int64_t mask_step = p->mask.stride[D_DIM];
     const int64_t bias_step = p->bias.stride[D_DIM];
     for (int64_t j = start; j < limit; j++) {
         if (mask && (mask[j * mask_step] != 0) != p->mask_nonzero_allows)
             continue;
-        if (bias) {
-            double v = p->dtype == SDPA_FLOAT32
-                           ? (double)((const float *)bias)[j * bias_step]
-                           : ((const double *)bias)[j * bias_step];
-            if (v == -INFINITY)
-                continue;
-        }
+        if (bias &&
+            sdpa_value_at(bias, p->bias_type, j * bias_step) == -INFINITY)
+            continue;
         return true;
     }
     return false;
@@ -313,6 +309,138 @@ static int check_appended(sdpa_ctx *ctx, const sdpa_forward_args *args,
     return SDPA_OK;
 }
 
+static const char *type_name(int type)
+{
+    static const char *const names[] = {"", "SDPA_FLOAT32", "SDPA_FLOAT64",
+                                        "SDPA_FLOAT16", "SDPA_BFLOAT16"};
+    return type >= SDPA_FLOAT32 && type <= SDPA_BFLOAT16 ? names[type]
+                                                         : "unknown";
+}
+
+/* The storage types (1.1): dtype, and kv_dtype / bias_dtype (0: dtype).
+ * float32 and the half types mix freely and compute in float32; float64
+ * computes in float64 and mixes with nothing. */
+static int check_types(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                       int *compute)
+{
+    const struct {
+        const char *name;
+        int type;
+        bool zero_means_dtype;
+    } types[3] = {{"dtype", args->dtype, false},
+                  {"kv_dtype", args->kv_dtype, true},
+                  {"bias_dtype", args->bias_dtype, true}};
+    bool f64 = false, other = false;
+    for (int i = 0; i < 3; i++) {
+        int t = types[i].type;
+        if (t == 0 && types[i].zero_means_dtype)
+            continue;
+        if (t < SDPA_FLOAT32 || t > SDPA_BFLOAT16)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                             "sdpa_forward: %s %d is not SDPA_FLOAT32, "
+                             "SDPA_FLOAT64, SDPA_FLOAT16 or SDPA_BFLOAT16%s",
+                             types[i].name, t,
+                             types[i].zero_means_dtype ? " (or 0: dtype's)"
+                                                       : "");
+        f64 |= t == SDPA_FLOAT64;
+        other |= t != SDPA_FLOAT64;
+    }
+    if (f64 && other)
+        return sdpa_fail(
+            ctx, SDPA_ERR_BAD_DTYPE,
+            "sdpa_forward: dtype %s, kv_dtype %s and bias_dtype "
+            "%s mix SDPA_FLOAT64 with a float32 or half type; "
+            "float64 calls are float64 throughout",
+            type_name(args->dtype),
+            type_name(args->kv_dtype ? args->kv_dtype : args->dtype),
+            type_name(args->bias_dtype ? args->bias_dtype : args->dtype));
+    *compute = f64 ? SDPA_FLOAT64 : SDPA_FLOAT32;
+    return SDPA_OK;
+}
+
+/* Paged K/V (1.1): 0 without a block table, 1 with one (*tk becomes the
+ * logical key length pages_per_seq · page), -1 on a bad field (the message
+ * is set). The table's entries are checked by check_block_table once
+ * kv_lens is known. */
+static int check_paging(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                        int64_t *tk)
+{
+    if (!args->block_table) {
+        if (args->pages_per_seq == 0 && args->block_table_stride == 0)
+            return 0;
+        sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                  "sdpa_forward: pages_per_seq %lld and block_table_stride "
+                  "%lld are set but block_table is NULL",
+                  (long long)args->pages_per_seq,
+                  (long long)args->block_table_stride);
+        return -1;
+    }
+    int64_t cols = args->pages_per_seq, page = args->k.shape[T_DIM];
+    if (cols < 1 || cols > INT_MAX) {
+        sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                  "sdpa_forward: pages_per_seq is %lld, must be in [1, %d] "
+                  "with a block_table",
+                  (long long)cols, INT_MAX);
+        return -1;
+    }
+    if (args->block_table_stride != 0 && args->block_table_stride < cols) {
+        sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                  "sdpa_forward: block_table_stride is %lld, below "
+                  "pages_per_seq %lld (0 means pages_per_seq)",
+                  (long long)args->block_table_stride, (long long)cols);
+        return -1;
+    }
+    /* page > 0 is checked with k's shape; the product must fit the BLAS
+     * int like any key count */
+    if (page > 0 && cols > INT_MAX / page) {
+        sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                  "sdpa_forward: pages_per_seq %lld times the page length "
+                  "%lld (k.shape[2]) overflows the key count",
+                  (long long)cols, (long long)page);
+        return -1;
+    }
+    *tk = cols * (page > 0 ? page : 1);
+    return 1;
+}
+
+/* Every block table entry of a page that holds valid keys (kv_lens[b],
+ * else Tk) must name a page of the pool; *range is the table's bytes. */
+static int check_block_table(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                             int64_t n, int64_t tk, byte_range *range)
+{
+    int64_t cols = args->pages_per_seq, page = args->k.shape[T_DIM];
+    int64_t stride = args->block_table_stride ? args->block_table_stride : cols;
+    int64_t pool = args->k.shape[N_DIM];
+    size_t entries, bytes;
+    if (!sdpa_mul_size((size_t)(n - 1), (size_t)stride, &entries) ||
+        !sdpa_add_size(entries, (size_t)cols, &entries) ||
+        !sdpa_mul_size(entries, sizeof(int32_t), &bytes) ||
+        (uintptr_t)args->block_table > UINTPTR_MAX - bytes)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "sdpa_forward: the block table (%lld rows of stride "
+                         "%lld) overflows the address space",
+                         (long long)n, (long long)stride);
+    for (int64_t b = 0; b < n; b++) {
+        int64_t valid = args->kv_lens ? args->kv_lens[b] : tk;
+        int64_t used = (valid + page - 1) / page;
+        for (int64_t c = 0; c < used; c++) {
+            int32_t entry = args->block_table[b * stride + c];
+            if (entry < 0 || entry >= pool)
+                return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                                 "sdpa_forward: block_table[%lld][%lld] is "
+                                 "%d, outside the pool's %lld pages "
+                                 "(k.shape[0]); it holds keys [%lld, %lld) "
+                                 "of batch item %lld",
+                                 (long long)b, (long long)c, entry,
+                                 (long long)pool, (long long)(c * page),
+                                 (long long)((c + 1) * page), (long long)b);
+        }
+    }
+    *range = (byte_range){"block_table", false, (uintptr_t)args->block_table,
+                          (uintptr_t)args->block_table + bytes};
+    return SDPA_OK;
+}
+
 int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
 {
     if (!ctx)
@@ -329,11 +457,10 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
     if (imported != SDPA_OK)
         return imported;
     args = &known;
-    if (args->dtype != SDPA_FLOAT32 && args->dtype != SDPA_FLOAT64)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         "sdpa_forward: dtype %d is neither SDPA_FLOAT32 nor "
-                         "SDPA_FLOAT64",
-                         args->dtype);
+    int compute = SDPA_FLOAT32;
+    int typed = check_types(ctx, args, &compute);
+    if (typed != SDPA_OK)
+        return typed;
     if (args->flags & ~KNOWN_FLAGS)
         return sdpa_fail(ctx, SDPA_ERR_BAD_FLAGS,
                          "sdpa_forward: unknown flag bits 0x%x",
@@ -358,34 +485,37 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
     /* The kernels compute in the dtype: a float32 call rounds scale and
      * soft-cap to float, where a value above FLT_MAX would be infinite and
      * every logit NaN or infinite. */
-    if (args->dtype == SDPA_FLOAT32 && args->scale > FLT_MAX)
+    if (compute == SDPA_FLOAT32 && args->scale > FLT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
                          "sdpa_forward: scale %g is beyond the float32 range "
                          "(FLT_MAX = %g) of this float32 call",
                          args->scale, (double)FLT_MAX);
     /* ... and a positive value that rounds to 0 in float would be no scale
      * (a BLAS alpha of 0 reads neither q nor k) or a division by 0. */
-    if (args->dtype == SDPA_FLOAT32 && args->scale > 0 &&
+    if (compute == SDPA_FLOAT32 && args->scale > 0 &&
         (float)args->scale == 0.0f)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
                          "sdpa_forward: scale %g rounds to 0 in this float32 "
                          "call",
                          args->scale);
-    if (args->dtype == SDPA_FLOAT32 && args->softcap > 0 &&
+    if (compute == SDPA_FLOAT32 && args->softcap > 0 &&
         (float)args->softcap == 0.0f)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
                          "sdpa_forward: softcap %g rounds to 0 in this float32 "
                          "call",
                          args->softcap);
-    if (args->dtype == SDPA_FLOAT32 && args->softcap > FLT_MAX)
+    if (compute == SDPA_FLOAT32 && args->softcap > FLT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
                          "sdpa_forward: softcap %g is beyond the float32 "
                          "range (FLT_MAX = %g) of this float32 call",
                          args->softcap, (double)FLT_MAX);
 
     memset(p, 0, sizeof *p);
-    p->dtype = args->dtype;
-    p->elem_size = args->dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
+    p->dtype = compute;
+    p->elem_size = sdpa_dtype_size(compute);
+    p->q_type = p->out_type = args->dtype;
+    p->kv_type = args->kv_dtype ? args->kv_dtype : args->dtype;
+    p->bias_type = args->bias_dtype ? args->bias_dtype : args->dtype;
     p->causal = args->causal;
     p->mask_nonzero_allows = (args->flags & SDPA_FLAG_MASK_NONZERO_ALLOWS) != 0;
     p->empty_rows_zero =
@@ -396,32 +526,48 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
     int64_t tq = args->q.shape[T_DIM], dk = args->q.shape[D_DIM];
     int64_t hkv = args->k.shape[H_DIM], tk = args->k.shape[T_DIM];
     int64_t dv = args->v.shape[D_DIM];
-    size_t es = p->elem_size;
-    /* q fixes N, Hq, Tq and Dk; k fixes Hkv and Tk; v fixes Dv. */
+    const size_t es = p->elem_size, q_es = sdpa_dtype_size(p->q_type);
+    const size_t kv_es = sdpa_dtype_size(p->kv_type);
+    const size_t bias_es = sdpa_dtype_size(p->bias_type);
+    /* q fixes N, Hq, Tq and Dk; k fixes Hkv and Tk; v fixes Dv. Paged, k
+     * fixes the pool's pages and the page length, and Tk is the block
+     * table's keys. */
     const extent N = {n, "q.shape[0] (N)"}, HQ = {hq, "q.shape[1] (Hq)"};
     const extent TQ = {tq, "q.shape[2] (Tq)"}, DK = {dk, "q.shape[3] (Dk)"};
     const extent HKV = {hkv, "k.shape[1] (Hkv)"};
-    const extent TK = {tk, "k.shape[2] (Tk)"}, DV = {dv, "v.shape[3] (Dv)"};
+    extent TK = {tk, "k.shape[2] (Tk)"}, KV_N = N, KV_T = TK;
+    const extent DV = {dv, "v.shape[3] (Dv)"};
     const extent ONE = {1, "its extent (one value per row)"};
+    int paged = check_paging(ctx, args, &tk);
+    if (paged < 0)
+        return SDPA_ERR_BAD_PAGE;
+    if (paged) {
+        TK = (extent){tk, "pages_per_seq * k.shape[2] (Tk)"};
+        KV_N = (extent){args->k.shape[N_DIM], "k.shape[0] (pages)"};
+        KV_T = (extent){args->k.shape[T_DIM], "k.shape[2] (page)"};
+    }
     /* clang-format off */
     /* Inputs, then outputs; what each may do is spelled out per tensor
      * (every flag not named is false). */
     tensor_rule rules[] = {
         {.name = "q", .tensor = &args->q, .view = &p->q, .required = true,
-         .rows_for_blas = true, .elem_size = es, .expect = {N, HQ, TQ, DK}},
+         .rows_for_blas = true, .elem_size = q_es, .expect = {N, HQ, TQ, DK}},
         {.name = "k", .tensor = &args->k, .view = &p->k, .required = true,
-         .rows_for_blas = true, .elem_size = es, .expect = {N, HKV, TK, DK}},
+         .rows_for_blas = true, .elem_size = kv_es,
+         .expect = {KV_N, HKV, KV_T, DK}},
         {.name = "v", .tensor = &args->v, .view = &p->v, .required = true,
-         .rows_for_blas = true, .elem_size = es, .expect = {N, HKV, TK, DV}},
+         .rows_for_blas = true, .elem_size = kv_es,
+         .expect = {KV_N, HKV, KV_T, DV}},
         {.name = "mask", .tensor = &args->mask, .view = &p->mask,
          .broadcastable = true, .any_inner = true, .elem_size = 1,
          .expect = {N, HQ, TQ, TK}},
         {.name = "bias", .tensor = &args->bias, .view = &p->bias,
-         .broadcastable = true, .any_inner = true, .elem_size = es,
+         .broadcastable = true, .any_inner = true, .elem_size = bias_es,
          .expect = {N, HQ, TQ, TK}},
         {.name = "out", .tensor = &args->out, .view = &p->out,
          .required = true, .is_output = true, .rows_for_blas = true,
-         .elem_size = es, .expect = {N, HQ, TQ, DV}},
+         .elem_size = sdpa_dtype_size(p->out_type),
+         .expect = {N, HQ, TQ, DV}},
         {.name = "weights", .tensor = &args->weights, .view = &p->weights,
          .is_output = true, .rows_for_blas = true, .elem_size = es,
          .expect = {N, HQ, TQ, TK}},
@@ -449,14 +595,14 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
                          "the %lld heads of k",
                          (long long)hq, (long long)hkv);
 
-    byte_range ranges[RULES + 1];
+    byte_range ranges[RULES + 2];
     int nranges = 0;
     for (int i = 0; i < RULES; i++) {
         tensor_rule *r = &rules[i];
         if (!r->tensor->data)
             continue;
         /* K and V may be shared by every batch item (extent 1). */
-        if ((r->view == &p->k || r->view == &p->v) &&
+        if ((r->view == &p->k || r->view == &p->v) && !paged &&
             r->tensor->shape[N_DIM] == 1)
             r->expect[N_DIM].value = 1;
         int status = check_shape(ctx, r);
@@ -482,6 +628,16 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
         ranges[nranges++] =
             (byte_range){"kv_lens", false, (uintptr_t)args->kv_lens,
                          (uintptr_t)(args->kv_lens + n)};
+    }
+
+    if (paged) {
+        int status = check_block_table(ctx, args, n, tk, &ranges[nranges++]);
+        if (status != SDPA_OK)
+            return status;
+        p->block_table = args->block_table;
+        p->table_stride = args->block_table_stride ? args->block_table_stride
+                                                   : args->pages_per_seq;
+        p->page_len = args->k.shape[T_DIM];
     }
 
     /* Outputs must not meet each other or any input. */

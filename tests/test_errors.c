@@ -388,8 +388,14 @@ static void test_bad_dtype(void **state)
 {
     fx *f = *state;
     CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = 0);
-    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = 3);
+    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = 5);
     CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = -1);
+    /* 1.1: the storage types of k/v and bias; float64 mixes with nothing */
+    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("kv_dtype 5"), f->a.kv_dtype = 5);
+    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("bias_dtype -3"), f->a.bias_dtype = -3);
+    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("mix SDPA_FLOAT64"),
+         f->a.kv_dtype =
+             f->a.dtype == SDPA_FLOAT64 ? SDPA_FLOAT16 : SDPA_FLOAT64);
 }
 
 static void test_bad_dim(void **state)
@@ -761,7 +767,7 @@ static void test_bad_option_value(void **state)
         {SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO, -1},
         {SDPA_OPT_NUM_THREADS, 2, 0},
         {SDPA_OPT_NUM_THREADS, 2, 257},
-        {SDPA_OPT_NUM_THREADS, 2, -1},
+        {SDPA_OPT_NUM_THREADS, 2, -2}, /* -1 is SDPA_NUM_THREADS_ALL */
         {SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE, 7},
         {SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE, -1},
         {SDPA_OPT_PATH, SDPA_PATH_MATERIALISED, 9},
@@ -812,7 +818,7 @@ static void test_message_text(void **state)
                      SDPA_ERR_BAD_OPTION_VALUE);
     assert_string_equal(sdpa_ctx_last_error(f->ctx),
                         "sdpa_ctx_set_int: SDPA_OPT_NUM_THREADS takes values "
-                        "in [1, 256], got 0");
+                        "in [1, 256] or SDPA_NUM_THREADS_ALL (-1), got 0");
     /* The overlap rules are conservative and say so: an output whose
      * elements are distinct but whose sorted strides do not step past each
      * other, and out and lse interleaved in one buffer. */
@@ -1310,8 +1316,8 @@ static void test_kernel_environment(void **state)
 static void test_status_strings(void **state)
 {
     (void)state;
-    const char *s[SDPA_ERR_BAD_LOGITS_STAGE + 1];
-    for (int i = 0; i <= SDPA_ERR_BAD_LOGITS_STAGE; ++i) {
+    const char *s[SDPA_ERR_PARALLEL_FOR + 1];
+    for (int i = 0; i <= SDPA_ERR_PARALLEL_FOR; ++i) {
         s[i] = sdpa_status_string(i);
         assert_non_null(s[i]);
         assert_true(strlen(s[i]) > 0);
@@ -1321,13 +1327,13 @@ static void test_status_strings(void **state)
                 fail();
             }
     }
-    static const int unknown[] = {12345, -1, SDPA_ERR_BAD_LOGITS_STAGE + 1,
-                                  INT_MAX, INT_MIN};
+    static const int unknown[] = {12345, -1, SDPA_ERR_PARALLEL_FOR + 1, INT_MAX,
+                                  INT_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; ++i) {
         const char *u = sdpa_status_string(unknown[i]);
         assert_non_null(u);
         assert_non_null(strstr(u, "unknown"));
-        for (int j = 0; j <= SDPA_ERR_BAD_LOGITS_STAGE; ++j)
+        for (int j = 0; j <= SDPA_ERR_PARALLEL_FOR; ++j)
             assert_true(strcmp(u, s[j]) != 0);
     }
     const char *m = sdpa_ctx_last_error(NULL);

@@ -14,11 +14,14 @@ archive=$1 src=$2
 # Defined text, data, read-only and bss symbols, local or global; compiler
 # clones (foo.cold, foo.isra.0, foo.constprop.0, foo.part.0) and function
 # statics (gcc: names.0, clang: func.names) are reported under their source
-# name; .L* labels and compiler-made tables (names starting with a dot,
-# clang's reltable.*) are not names anyone wrote.
+# name (however many of them are stacked); .L* labels and compiler-made
+# tables (names starting with a dot, clang's reltable.*, gcc's switch
+# tables CSWTCH.*) are not names anyone wrote.
 symbols=$(nm --defined-only "$archive" | awk '
-    NF == 3 && $2 ~ /^[TtDdRrBb]$/ && $3 !~ /^(\.|reltable\.)/ { print $3 }' |
-    sed -E -e 's/\.(cold|isra|constprop|part|lto_priv)(\.[0-9]+)*$//' \
+    NF == 3 && $2 ~ /^[TtDdRrBb]$/ && $3 !~ /^(\.|reltable\.|CSWTCH\.)/ { print $3 }' |
+    sed -E -e ':clone' \
+        -e 's/\.(cold|isra|constprop|part|lto_priv)(\.[0-9]+)*$//' \
+        -e 't clone' \
         -e 's/\.[0-9]+$//' -e 's/^[A-Za-z0-9_]+\.//' | sort -u)
 [ -n "$symbols" ] || { echo "FAIL: no symbols in $archive" >&2; exit 1; }
 

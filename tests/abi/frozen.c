@@ -44,6 +44,8 @@ FROZEN(SDPA_ERR_BAD_WINDOW, 22);
 FROZEN(SDPA_ERR_BAD_ALIBI, 23);
 FROZEN(SDPA_ERR_BAD_SINK, 24);
 FROZEN(SDPA_ERR_BAD_LOGITS_STAGE, 25);
+FROZEN(SDPA_ERR_BAD_PAGE, 26);
+FROZEN(SDPA_ERR_PARALLEL_FOR, 27);
 
 /* Option ids and their values. */
 FROZEN(SDPA_OPT_EMPTY_ROWS, 1);
@@ -63,10 +65,14 @@ FROZEN(SDPA_PATH_AUTO, 0);
 FROZEN(SDPA_PATH_MATERIALISED, 1);
 FROZEN(SDPA_PATH_TILED, 2);
 FROZEN(SDPA_PATH_DECODE, 3);
+FROZEN(SDPA_PATH_DECODE_BLAS, 4);
+FROZEN(SDPA_NUM_THREADS_ALL, -1);
 
 /* Tensors and the forward call. */
 FROZEN(SDPA_FLOAT32, 1);
 FROZEN(SDPA_FLOAT64, 2);
+FROZEN(SDPA_FLOAT16, 3);
+FROZEN(SDPA_BFLOAT16, 4);
 FROZEN(SDPA_CAUSAL_NONE, 0);
 FROZEN(SDPA_CAUSAL_TOP_LEFT, 1);
 FROZEN(SDPA_CAUSAL_BOTTOM_RIGHT, 2);
@@ -121,7 +127,12 @@ OFFSET(sdpa_forward_args, logits, 656);
 OFFSET(sdpa_forward_args, logits_stage, 728);
 OFFSET(sdpa_forward_args, max_weight, 736);
 OFFSET(sdpa_forward_args, entropy, 808);
-MIN_SIZE(sdpa_forward_args, 880);
+OFFSET(sdpa_forward_args, kv_dtype, 880);
+OFFSET(sdpa_forward_args, bias_dtype, 884);
+OFFSET(sdpa_forward_args, block_table, 888);
+OFFSET(sdpa_forward_args, pages_per_seq, 896);
+OFFSET(sdpa_forward_args, block_table_stride, 904);
+MIN_SIZE(sdpa_forward_args, 912);
 /* new in 1.1 */
 OFFSET(sdpa_backward_args, struct_size, 0);
 MIN_SIZE(sdpa_backward_args, 952);
