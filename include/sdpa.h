@@ -472,7 +472,8 @@ SDPA_API int sdpa_alibi_slopes(int64_t heads, double max_bias, double *slopes);
  * defines it: for t = 0..tokens-1 at position pos = offset + t, row t holds
  * dim values, table[t·dim + 2r] = sin(pos / base^(2r/dim)) and
  * table[t·dim + 2r + 1] = cos(pos / base^(2r/dim)) (an odd dim ends with a
- * sin). base 0 = 10000. dtype SDPA_FLOAT32 or SDPA_FLOAT64; the table is
+ * sin). base 0 = 10000, else finite and >= DBL_MIN (SDPA_ERR_BAD_SCALE).
+ * dtype SDPA_FLOAT32 or SDPA_FLOAT64; the table is
  * computed in double, then rounded. Add it to the token embeddings
  * (X~_t = X_t + p_t): attention alone is permutation-equivariant. */
 SDPA_API int sdpa_sinusoidal_table(int dtype, int64_t tokens, int64_t dim,

@@ -412,6 +412,10 @@ const char *sdpa_kernel_name(int kernel);
  * SDPA_ERR_UNSUPPORTED for a kernel this CPU lacks. */
 int sdpa_kernel_from_environment(int *kernel);
 
+/* A sinusoidal / RoPE base the positions accept (positions.c): 0 (the
+ * default 10000), or finite and at least DBL_MIN. */
+bool sdpa_position_base_ok(double base);
+
 /* Checked size arithmetic: false on overflow. */
 static inline bool sdpa_mul_size(size_t a, size_t b, size_t *r)
 {

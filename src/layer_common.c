@@ -5,6 +5,7 @@
 #include "layer_common.h"
 
 #include <limits.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -215,11 +216,11 @@ int sdpa_layer_check_pos_values(sdpa_ctx *ctx, const char *who,
                          "%spos_base, pos_offset, pos_q or pos_kv is set, "
                          "but positions is SDPA_POS_NONE",
                          who);
-    if (!(isfinite(a->pos_base) && a->pos_base >= 0))
+    if (!sdpa_position_base_ok(a->pos_base))
         return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
-                         "%spos_base %g must be finite and positive (0 "
-                         "selects 10000)",
-                         who, a->pos_base);
+                         "%spos_base %g must be 0 (selects 10000) or finite "
+                         "and at least DBL_MIN (%g)",
+                         who, a->pos_base, DBL_MIN);
     return SDPA_OK;
 }
 

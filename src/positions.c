@@ -28,6 +28,7 @@
  */
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 
 /* Defines (greppable names of what NAME() pastes together):
@@ -46,9 +47,14 @@ static int check_dtype(int dtype)
 }
 
 /* base 0 = 10000; otherwise finite and positive (SDPA_ERR_BAD_SCALE). */
-static int check_base(double base)
+/* 0 (the default, 10000) or a finite base of at least DBL_MIN: the
+ * frequencies base^(-2r/d) have exponents in (-1, 0], so for base >=
+ * DBL_MIN they stay below 1/DBL_MIN, finite; a subnormal base would
+ * overflow them to inf and turn the angles into NaN (found by the
+ * fuzzer). */
+bool sdpa_position_base_ok(double base)
 {
-    return isfinite(base) && base >= 0;
+    return isfinite(base) && (base == 0 || base >= DBL_MIN);
 }
 
 /* f_r = base^(-2r/d) for r = r0 .. r0 + n - 1. */
@@ -68,7 +74,7 @@ int sdpa_sinusoidal_table(int dtype, int64_t tokens, int64_t dim,
         return SDPA_ERR_BAD_DIM;
     if (!table)
         return SDPA_ERR_NULL_POINTER;
-    if (!check_base(base))
+    if (!sdpa_position_base_ok(base))
         return SDPA_ERR_BAD_SCALE;
     size_t esize = dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
     size_t bytes;
@@ -153,7 +159,7 @@ int sdpa_rope_apply(int dtype, sdpa_tensor x, const int64_t *positions,
     const int64_t rd = rotary_dim == 0 ? dim : rotary_dim;
     if (rotary_dim < 0 || rd > dim || rd % 2 != 0)
         return SDPA_ERR_BAD_OPTION_VALUE;
-    if (!check_base(base))
+    if (!sdpa_position_base_ok(base))
         return SDPA_ERR_BAD_SCALE;
     for (int d = 0; d < 4; d++)
         if (x.stride[d] < 0)

@@ -453,6 +453,19 @@ static void test_errors(void **state)
     assert_int_equal(
         sdpa_sinusoidal_table(SDPA_FLOAT64, 2, 4, 0, INFINITY, buf),
         SDPA_ERR_BAD_SCALE);
+    /* a subnormal base would overflow the frequencies to inf and the
+     * angles to NaN (a fuzzer finding); DBL_MIN is the smallest accepted,
+     * and its table is finite: sin 0 = 0, cos 0 = 1 at position 0 */
+    assert_int_equal(sdpa_sinusoidal_table(SDPA_FLOAT64, 2, 4, 0, 5e-324, buf),
+                     SDPA_ERR_BAD_SCALE);
+    double tiny_base[8];
+    assert_int_equal(
+        sdpa_sinusoidal_table(SDPA_FLOAT64, 2, 4, 0, DBL_MIN, tiny_base),
+        SDPA_OK);
+    for (int c = 0; c < 4; c++)
+        assert_true(tiny_base[c] == (c % 2 ? 1.0 : 0.0));
+    for (int c = 4; c < 8; c++)
+        assert_true(isfinite(tiny_base[c]));
     assert_int_equal(
         sdpa_sinusoidal_table(SDPA_FLOAT64, INT64_MAX / 2, 4, 0, 0, buf),
         SDPA_ERR_OVERFLOW);
@@ -495,6 +508,8 @@ static void test_errors(void **state)
     assert_int_equal(sdpa_rope_apply(SDPA_FLOAT64, x, pos, R, -1, 0),
                      SDPA_ERR_BAD_SCALE);
     assert_int_equal(sdpa_rope_apply(SDPA_FLOAT64, x, pos, R, NAN, 0),
+                     SDPA_ERR_BAD_SCALE);
+    assert_int_equal(sdpa_rope_apply(SDPA_FLOAT64, x, pos, R, 5e-324, 0),
                      SDPA_ERR_BAD_SCALE);
     bad = x;
     bad.stride[1] = -16;
