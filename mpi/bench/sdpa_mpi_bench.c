@@ -14,6 +14,16 @@
  *   cache split by key range; reports the median time of R calls and the
  *   largest difference from single-process sdpa_forward of the whole
  *   (computed on rank 0) and between ranks.
+ * prefill also reports each rank's memory against the issue's target,
+ *   "memory per rank <= its shards + 16 MiB": the shards are the rank's Q,
+ *   K, V and out slices (the caller's) and the two K/V ring buffers the
+ *   library holds while P > 1 (the shard in hand, being sent, and the one
+ *   arriving); the measured figure is the peak resident growth over the
+ *   call(s), VmHWM after them minus VmRSS before the shards were
+ *   allocated, with the high-water mark reset there (/proc/self/clear_refs)
+ *   so that MPI_Init's own peak is not counted. Where the reset is
+ *   refused, the process's lifetime peak stands in (VmHWM, or getrusage's
+ *   ru_maxrss without /proc): an upper bound, said so in the report.
  * One core per rank: run with OPENBLAS_NUM_THREADS=1 (SDPA_OPT_NUM_THREADS
  * stays 1) and mpirun --bind-to core. Each rank also reports the CPU time
  * of its process during the call (CLOCK_PROCESS_CPUTIME_ID): on a shared,
@@ -27,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "sdpa_mpi.h"
@@ -48,6 +59,52 @@ static double cpu_seconds(void)
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A "Name:   N kB" line of /proc/self/status in bytes, -1 without it. */
+static long long status_bytes(const char *name)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long long kb = -1;
+    size_t n = strlen(name);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, name, n) && line[n] == ':') {
+            kb = atoll(line + n + 1);
+            break;
+        }
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+/* Resets VmHWM to the current VmRSS (Linux >= 4.0), so that the next
+ * reading of it is the peak from here on; false where that is refused. */
+static int reset_peak(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f)
+        return 0;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* The process's peak resident bytes: VmHWM, or ru_maxrss (kB on Linux)
+ * where /proc is missing. */
+static long long peak_bytes(void)
+{
+    long long hwm = status_bytes("VmHWM");
+    if (hwm >= 0)
+        return hwm;
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (long long)u.ru_maxrss * 1024;
+}
+
+static double mib(long long bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -95,6 +152,13 @@ static int prefill(sdpa_ctx *ctx, int layout, int64_t T, int reps)
     if (sdpa_mpi_shard(layout, T, rank, ranks, off, len) != SDPA_OK)
         return 1;
     int64_t rows = len[0] + len[1];
+    /* The baseline: what MPI_Init and the context left resident. Without a
+     * reset, the peak below is the lifetime one and the growth an upper
+     * bound (from the same baseline). */
+    long long rss0 = status_bytes("VmRSS");
+    int exact_peak = rss0 >= 0 && reset_peak();
+    if (rss0 < 0)
+        rss0 = 0;
     float *q = malloc((size_t)(rows * D) * 4),
           *k = malloc((size_t)(rows * D) * 4);
     float *v = malloc((size_t)(rows * D) * 4),
@@ -107,6 +171,10 @@ static int prefill(sdpa_ctx *ctx, int layout, int64_t T, int reps)
                 k[local * D + d] = value(2, at);
                 v[local * D + d] = value(3, at);
             }
+    /* out is a shard like the others: resident before the call, as a
+     * caller's would be, so that the growth beyond the shards is the
+     * library's. */
+    memset(out, 0, (size_t)(rows * D) * 4);
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = SDPA_FLOAT32;
     a.causal = SDPA_CAUSAL_TOP_LEFT;
@@ -137,6 +205,9 @@ static int prefill(sdpa_ctx *ctx, int layout, int64_t T, int reps)
             cpu = c;
         }
     }
+    /* Before ring_alone's buffers: the peak of the call(s) only. */
+    long long growth = peak_bytes() - rss0;
+    long long shm_after = status_bytes("RssShmem");
     /* The transfers alone, for the hidden fraction. */
     int64_t *elems = malloc((size_t)ranks * sizeof *elems), most = 0;
     for (int r = 0; r < ranks; r++) {
@@ -146,6 +217,16 @@ static int prefill(sdpa_ctx *ctx, int layout, int64_t T, int reps)
         most = elems[r] > most ? elems[r] : most;
     }
     double alone = ranks > 1 ? ring_alone(elems, most) : 0;
+    /* The shards: Q, K, V, out here, and sdpa_mpi_prefill's two ring
+     * buffers of the largest K/V shard (prefill.c) when there is a ring. */
+    const long long slices = 4 * (long long)rows * D * 4;
+    const long long ring = ranks > 1 ? 2 * (long long)most * 4 : 0;
+    const long long budget = slices + ring + 16 * 1024 * 1024;
+    int pass = growth <= budget, all_pass;
+    MPI_Allreduce(&pass, &all_pass, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    long long worst_over = growth - budget, worst;
+    MPI_Allreduce(&worst_over, &worst, 1, MPI_LONG_LONG, MPI_MAX,
+                  MPI_COMM_WORLD);
     double checksum = 0, all;
     for (int64_t i = 0; i < rows * D; i++)
         checksum += out[i];
@@ -166,12 +247,27 @@ static int prefill(sdpa_ctx *ctx, int layout, int64_t T, int reps)
                    kept.compute_seconds, cpu, kept.wait_seconds, alone,
                    100 * hidden, (long long)kept.forward_calls,
                    (long long)kept.blocks_skipped);
+            printf("prefill L T=%lld P=%d rank %d memory: shards %.1f MiB (Q, "
+                   "K, V, out %.1f MiB + %d K/V ring buffers %.1f MiB), peak "
+                   "growth %.1f MiB (%s), beyond the shards %.1f MiB "
+                   "(MPI shared memory resident after: %.1f MiB): %s against "
+                   "shards + 16 MiB = %.1f MiB\n",
+                   (long long)T, ranks, rank, mib(slices + ring), mib(slices),
+                   ranks > 1 ? 2 : 0, mib(ring), mib(growth),
+                   exact_peak ? "VmHWM reset before the shards"
+                              : "lifetime peak, an upper bound",
+                   mib(growth - slices - ring),
+                   shm_after >= 0 ? mib(shm_after) : 0.0,
+                   pass ? "PASS" : "FAIL", mib(budget));
             fflush(stdout);
         }
     }
     if (rank == 0)
-        printf("prefill L T=%lld P=%d: %.3f s (best of %d; checksum %.6g)\n",
-               (long long)T, ranks, best, reps, all);
+        printf("prefill L T=%lld P=%d: %.3f s (best of %d; checksum %.6g); "
+               "memory per rank <= shards + 16 MiB: %s (worst rank %+.1f "
+               "MiB against it)\n",
+               (long long)T, ranks, best, reps, all, all_pass ? "PASS" : "FAIL",
+               mib(worst));
     free(elems);
     free(q);
     free(k);

@@ -6,7 +6,8 @@
  * sdpa_forward on the part it holds and the partial results are combined
  * with their log-sum-exps (sdpa_merge, include/sdpa.h), so the result is
  * the one sdpa_forward gives for the whole problem in one process, to
- * within rounding (bitwise on one rank).
+ * within rounding (bitwise on one rank with one shard: prefill's
+ * contiguous layout, decode).
  *
  *  - sdpa_mpi_prefill, context-parallel self-attention (ring attention):
  *    the sequence of T tokens is split into shards by position; each rank
@@ -56,7 +57,12 @@
  * (SDPA_OPT_EMPTY_ROWS; each rank's own, which must agree): a row without
  * an allowed key anywhere fails the call on every rank with
  * SDPA_ERR_FULLY_MASKED_ROW (naming batch item, head, row and, in prefill,
- * the row's global position), or gets zeros and lse -inf.
+ * the row's global position), or gets zeros and lse -inf. Prefill finds
+ * such rows before the computation, from kv_lens, causality, the mask and
+ * -inf bias values, as sdpa_forward's validation does; a row that has
+ * allowed keys whose logits are all -inf is then SDPA_ERR_NONFINITE, also
+ * as in sdpa_forward. Decode finds both when it merges the partials and
+ * reports both as SDPA_ERR_FULLY_MASKED_ROW.
  *
  * Refused with SDPA_ERR_UNSUPPORTED (and a message saying which field):
  * the weights, logits, max_weight and entropy outputs (they span all keys,
@@ -68,9 +74,38 @@
  * on each rank and the outcome is agreed on before any data moves, and
  * again after the compute: every rank returns the same status (the lowest
  * failing rank's; its message, prefixed with its rank, is copied to every
- * rank: sdpa_mpi_last_error()). Outputs are written only when every rank
- * succeeded, so they are untouched after any error, SDPA_ERR_NONFINITE
- * included. A failure of MPI itself aborts by MPI's default error handler.
+ * rank: sdpa_mpi_last_error()).
+ *  - Errors found before the computation leave every rank's outputs
+ *    untouched: any rank's arguments, their agreement between the ranks,
+ *    an out or lse that overlaps an input (mask, bias and kv_lens
+ *    included), and rows without an allowed key.
+ *  - sdpa_mpi_prefill merges its partial results into out as it goes (see
+ *    Memory), so after an error found during the computation out holds
+ *    unspecified values on every rank, exactly like sdpa_forward's
+ *    SDPA_ERR_NONFINITE exception (docs/ERRORS.md). Those errors are
+ *    SDPA_ERR_NONFINITE from any rank's computation (a NaN or +inf logit,
+ *    or, under the error policy, a row whose allowed logits are all
+ *    -inf), SDPA_ERR_OUT_OF_MEMORY when libsdpa cannot get scratch or
+ *    worker threads for one of a rank's sdpa_forward calls, and a failure
+ *    of MPI. lse is written only on success.
+ *  - sdpa_mpi_decode writes its outputs only when every rank succeeded:
+ *    they are untouched after any error, SDPA_ERR_NONFINITE included.
+ * A failure of MPI itself aborts by MPI's default error handler. These
+ * calls do not check MPI's return codes: under a handler that returns,
+ * the outputs of a call that MPI failed are unspecified.
+ *
+ * Memory. Besides the caller's tensors, sdpa_mpi_prefill holds two K/V
+ * buffers of the largest rank's shard while P > 1 (the shard in hand,
+ * which is being sent on, and the one arriving), each row's running lse
+ * (N·Hq·T_r values), one piece's partial result (N·Hq·min(T_r, 2048)·(Dv
+ * + 1) values) and the scratch libsdpa's context keeps for its calls: the
+ * partial results are merged into out in place, in the call's dtype and in
+ * a fixed order (ring steps, then the shard's stripes), so the result is
+ * the same bits from run to run and for any SDPA_OPT_NUM_THREADS. For
+ * shape L (N = Hq = 1, T = 131072, D = 64, float32) on 2 ranks that is
+ * 0.75 MiB besides the ring buffers and libsdpa's scratch.
+ * sdpa_mpi_decode holds its partial result (N·Hq·Tq·(Dv + 1) values) and
+ * the P gathered ones.
  *
  * Threads: the calls are made by one thread per rank, with a context used
  * by that thread only (its options, SDPA_OPT_NUM_THREADS included, apply

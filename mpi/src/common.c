@@ -1,6 +1,7 @@
 /* What both calls share: argument import, agreement, the block procedure
- * that turns (query rows, key range) into sdpa_forward calls, and the
- * accumulators merged with sdpa_merge. */
+ * that turns (query rows, key range) into sdpa_forward calls, the
+ * accumulator they are merged into with sdpa_merge, and the checks before
+ * and after the computation. */
 #include "internal.h"
 
 #include <limits.h>
@@ -138,6 +139,18 @@ int mpi_job_start(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm,
                         "%s: dtype %d is neither SDPA_FLOAT32 nor "
                         "SDPA_FLOAT64",
                         fn, a->dtype);
+    /* the shards travel and merge in the call's dtype, unpaged */
+    if ((a->kv_dtype && a->kv_dtype != a->dtype) ||
+        (a->bias_dtype && a->bias_dtype != a->dtype))
+        return mpi_fail(SDPA_ERR_BAD_DTYPE,
+                        "%s: attn->kv_dtype %d / bias_dtype %d: across ranks "
+                        "k, v and bias are in dtype %d (0 or that)",
+                        fn, a->kv_dtype, a->bias_dtype, a->dtype);
+    if (a->block_table || a->pages_per_seq || a->block_table_stride)
+        return mpi_fail(SDPA_ERR_UNSUPPORTED,
+                        "%s: attn->block_table: paged K/V is not supported "
+                        "across ranks (pass each rank's shard contiguous)",
+                        fn);
     if (!a->q.data || !a->k.data || !a->v.data || !a->out.data)
         return mpi_fail(SDPA_ERR_NULL_POINTER, "%s: attn->%s.data is NULL", fn,
                         !a->q.data   ? "q"
@@ -196,22 +209,33 @@ int mpi_check_side(const mpi_job *j, const char *name, const sdpa_tensor *t,
     return SDPA_OK;
 }
 
-int mpi_job_buffers(mpi_job *j)
+int mpi_job_buffers(mpi_job *j, bool private_acc, int64_t part_rows)
 {
-    size_t rows = (size_t)(j->n * j->hq * j->rows);
-    size_t bytes = rows * (size_t)(j->dv + 1) * j->es; /* no overflow: the
-                                                          caller's out and
-                                                          lse exist */
-    j->acc_out = malloc(bytes);
-    j->part_out = malloc(bytes);
-    if (!j->acc_out || !j->part_out)
+    /* No overflow: the caller's out and lse hold rows x (Dv + 1) values,
+     * and part_rows <= j->rows. */
+    const size_t rows = (size_t)(j->n * j->hq * j->rows), dv = (size_t)j->dv;
+    const size_t part = (size_t)(j->n * j->hq * part_rows);
+    const size_t acc = private_acc ? rows * dv : 0;
+    const size_t bytes = (acc + rows + part * (dv + 1)) * j->es;
+    j->scratch = malloc(bytes ? bytes : 1);
+    if (!j->scratch)
         return mpi_fail(SDPA_ERR_OUT_OF_MEMORY,
-                        "%s: %zu bytes of partial "
-                        "results",
-                        j->fn, 2 * bytes);
-    memset(j->acc_out, 0, bytes);
-    j->acc_lse = (char *)j->acc_out + rows * (size_t)j->dv * j->es;
-    j->part_lse = (char *)j->part_out + rows * (size_t)j->dv * j->es;
+                        "%s: %zu bytes of partial results", j->fn, bytes);
+    char *p = j->scratch;
+    if (private_acc) {
+        /* Sent whole (decode): no byte of it left undefined. */
+        memset(p, 0, acc * j->es);
+        j->acc =
+            (sdpa_tensor){p,
+                          {j->n, j->hq, j->rows, j->dv},
+                          {j->hq * j->rows * j->dv, j->rows * j->dv, j->dv, 1}};
+    } else {
+        j->acc = j->a.out;
+    }
+    j->acc_lse = p + acc * j->es; /* right after a private acc: one block */
+    j->part_out = (char *)j->acc_lse + rows * j->es;
+    j->part_lse = (char *)j->part_out + part * dv * j->es;
+    j->part_rows = part_rows;
     for (size_t i = 0; i < rows; i++) {
         if (j->es == sizeof(float))
             ((float *)j->acc_lse)[i] = -INFINITY;
@@ -228,9 +252,8 @@ int mpi_job_end(mpi_job *j, const sdpa_mpi_args *args, int status)
 {
     if (j->policy_set)
         sdpa_ctx_set_int(j->ctx, SDPA_OPT_EMPTY_ROWS, j->policy);
-    free(j->acc_out);
-    free(j->part_out);
-    j->acc_out = j->part_out = NULL;
+    free(j->scratch);
+    j->scratch = j->acc_lse = j->part_out = j->part_lse = NULL;
     if (args && args->struct_size >= SDPA_MPI_ARGS_SIZE_V1 && args->stats &&
         args->stats->struct_size >= SDPA_MPI_STATS_SIZE_V1)
         memcpy((char *)args->stats + sizeof(size_t),
@@ -287,7 +310,8 @@ static sdpa_tensor sub_view(const sdpa_tensor *t, size_t es, int64_t b0,
     return v;
 }
 
-/* The accumulator-shaped view [nb, Hq, rows, d] of buf at (b0, row). */
+/* The view [nb, Hq, rows, d] at (b0, row) of buf, contiguous [N, Hq,
+ * j->rows, d]: the running lse. */
 static sdpa_tensor acc_view(const mpi_job *j, void *buf, int64_t d, int64_t b0,
                             int64_t nb, int64_t row, int64_t rows)
 {
@@ -297,10 +321,40 @@ static sdpa_tensor acc_view(const mpi_job *j, void *buf, int64_t d, int64_t b0,
     return v;
 }
 
+/* The part buffer buf as a contiguous [nb, Hq, rows, d]. */
+static sdpa_tensor part_view(const mpi_job *j, void *buf, int64_t d, int64_t nb,
+                             int64_t rows)
+{
+    return (sdpa_tensor){
+        buf, {nb, j->hq, rows, d}, {j->hq * rows * d, rows * d, d, 1}};
+}
+
+/* Element i of the running lse ([N, Hq, rows] contiguous). */
+static double lse_value(const mpi_job *j, size_t i)
+{
+    return j->es == sizeof(float) ? (double)((const float *)j->acc_lse)[i]
+                                  : ((const double *)j->acc_lse)[i];
+}
+
+/* True when no row of items [b0, b0 + nb), local rows [row, row + rows)
+ * has seen a key yet (every running lse is -inf). */
+static bool rows_unseen(const mpi_job *j, int64_t b0, int64_t nb, int64_t row,
+                        int64_t rows)
+{
+    for (int64_t b = b0; b < b0 + nb; b++)
+        for (int64_t h = 0; h < j->hq; h++) {
+            size_t at = (size_t)((b * j->hq + h) * j->rows + row);
+            for (int64_t i = 0; i < rows; i++)
+                if (lse_value(j, at + (size_t)i) != -INFINITY)
+                    return false;
+        }
+    return true;
+}
+
 /* One sdpa_forward call: items [b0, b0 + nb), global query rows [r0, r1)
  * of qs, local key rows [krow, krow + klen) (mask/bias column col0), with
  * causal mode `causal` and key lengths kvl (NULL or nb values); merged into
- * the accumulators. */
+ * the accumulator. */
 static int sub_call(mpi_job *j, const mpi_seg *qs, int64_t b0, int64_t nb,
                     int64_t r0, int64_t r1, const sdpa_tensor *kt,
                     const sdpa_tensor *vt, int64_t krow, int64_t klen,
@@ -318,16 +372,27 @@ static int sub_call(mpi_job *j, const mpi_seg *qs, int64_t b0, int64_t nb,
         c.mask = sub_view(&j->a.mask, 1, b0, nb, lrow, rows, col0, klen);
     if (c.bias.data)
         c.bias = sub_view(&j->a.bias, es, b0, nb, lrow, rows, col0, klen);
-    c.out = acc_view(j, j->part_out, j->dv, b0, nb, lrow, rows);
-    c.lse = acc_view(j, j->part_lse, 1, b0, nb, lrow, rows);
+    sdpa_tensor acc = sub_view(&j->acc, es, b0, nb, lrow, rows, 0, j->dv);
+    sdpa_tensor acc_lse = acc_view(j, j->acc_lse, 1, b0, nb, lrow, rows);
+    /* Merging a result into rows that have seen nothing is an exact copy
+     * (weight 1, its lse kept; sdpa_merge reads no row whose lse is -inf),
+     * so such a call writes straight into the accumulator: the same bits,
+     * without the part buffer. Only calls that must be merged use it, and
+     * the callers keep those within part_rows rows. */
+    const bool direct = rows_unseen(j, b0, nb, lrow, rows);
+    if (!direct && rows > j->part_rows)
+        return mpi_fail(SDPA_ERR_OUT_OF_MEMORY,
+                        "%s: internal error: a partial result of %lld rows "
+                        "for a buffer of %lld",
+                        j->fn, (long long)rows, (long long)j->part_rows);
+    c.out = direct ? acc : part_view(j, j->part_out, j->dv, nb, rows);
+    c.lse = direct ? acc_lse : part_view(j, j->part_lse, 1, nb, rows);
     double t0 = mpi_now();
     int status = sdpa_forward(j->ctx, &c);
     j->stats.forward_calls++;
-    if (status == SDPA_OK) {
-        sdpa_tensor outs[2] = {
-            acc_view(j, j->acc_out, j->dv, b0, nb, lrow, rows), c.out};
-        sdpa_tensor lses[2] = {acc_view(j, j->acc_lse, 1, b0, nb, lrow, rows),
-                               c.lse};
+    if (status == SDPA_OK && !direct) {
+        sdpa_tensor outs[2] = {acc, c.out};
+        sdpa_tensor lses[2] = {acc_lse, c.lse};
         sdpa_merge_args m = SDPA_MERGE_ARGS_INIT;
         m.dtype = j->a.dtype;
         m.parts = 2;
@@ -418,13 +483,148 @@ int mpi_block(mpi_job *j, const mpi_seg *qs, int64_t a, int64_t e,
     return SDPA_OK;
 }
 
-static double lse_value(const mpi_job *j, size_t i)
+/* ---- Before and after the computation ----------------------------------- */
+
+/* The bytes [*begin, *end) a view spans (non-negative strides; extent-1
+ * dimensions do not move); false when that overflows the address space. */
+static bool view_bytes(const sdpa_tensor *t, size_t es, uintptr_t *begin,
+                       uintptr_t *end)
 {
-    return j->es == sizeof(float) ? (double)((const float *)j->acc_lse)[i]
-                                  : ((const double *)j->acc_lse)[i];
+    size_t span = 1, step, bytes;
+    for (int d = 0; d < 4; d++) {
+        size_t stride = t->shape[d] > 1 ? (size_t)t->stride[d] : 0;
+        if (!mpi_mul_size((size_t)(t->shape[d] - 1), stride, &step) ||
+            step > SIZE_MAX - span)
+            return false;
+        span += step;
+    }
+    if (!mpi_mul_size(span, es, &bytes) ||
+        (uintptr_t)t->data > UINTPTR_MAX - bytes)
+        return false;
+    *begin = (uintptr_t)t->data;
+    *end = *begin + bytes;
+    return true;
 }
 
-int mpi_check_empty(mpi_job *j, const mpi_seg *segs, int nsegs)
+int mpi_check_outputs(mpi_job *j)
+{
+    const sdpa_forward_args *a = &j->a;
+    struct {
+        const char *name;
+        const void *data;
+        uintptr_t begin, end;
+    } v[5] = {{"out", a->out.data, 0, 0},
+              {"lse", a->lse.data, 0, 0},
+              {"mask", a->mask.data, 0, 0},
+              {"bias", a->bias.data, 0, 0},
+              {"kv_lens", a->kv_lens, 0, 0}};
+    const sdpa_tensor *t[4] = {&a->out, &a->lse, &a->mask, &a->bias};
+    const size_t es[4] = {j->es, j->es, 1, j->es};
+    for (int i = 0; i < 4; i++)
+        if (v[i].data && !view_bytes(t[i], es[i], &v[i].begin, &v[i].end))
+            return mpi_fail(SDPA_ERR_OVERFLOW,
+                            "%s: the extent of %s overflows the address "
+                            "space",
+                            j->fn, v[i].name);
+    if (a->kv_lens) {
+        v[4].begin = (uintptr_t)a->kv_lens;
+        v[4].end = (uintptr_t)(a->kv_lens + j->n);
+    }
+    /* out is written from the first sdpa_forward call on, while these are
+     * still read: sdpa_forward's own rule (disjoint address ranges), for
+     * the whole tensors rather than each call's slices. */
+    for (int o = 0; o < 2; o++)
+        for (int i = 2; i < 5; i++)
+            if (v[o].data && v[i].data && v[o].begin < v[i].end &&
+                v[i].begin < v[o].end)
+                return mpi_fail(SDPA_ERR_OVERLAP,
+                                "%s: output %s overlaps input %s (the address "
+                                "ranges from first to last element must be "
+                                "disjoint)",
+                                j->fn, v[o].name, v[i].name);
+    return SDPA_OK;
+}
+
+/* The global position of local row i. */
+static int64_t global_row(const mpi_seg *segs, int nsegs, int64_t i)
+{
+    for (int s = 0; s < nsegs; s++)
+        if (i >= segs[s].local && i < segs[s].local + segs[s].len)
+            return segs[s].off + i - segs[s].local;
+    return i;
+}
+
+/* Element [b, h, i, col] of a mask or bias view (extent-1 dimensions
+ * broadcast). */
+static const char *side_at(const sdpa_tensor *t, size_t es, int64_t b,
+                           int64_t h, int64_t i, int64_t col)
+{
+    int64_t at =
+        view_offset(t, b, i, col) + (t->shape[1] > 1 ? h * t->stride[1] : 0);
+    return (const char *)t->data + (size_t)at * es;
+}
+
+int mpi_check_rows(mpi_job *j, const mpi_seg *segs, int nsegs)
+{
+    if (j->policy == SDPA_EMPTY_ROWS_ZERO)
+        return SDPA_OK;
+    const sdpa_tensor *mask = j->a.mask.data ? &j->a.mask : NULL;
+    const sdpa_tensor *bias = j->a.bias.data ? &j->a.bias : NULL;
+    const bool allows = (j->a.flags & SDPA_FLAG_MASK_NONZERO_ALLOWS) != 0;
+    /* Only the dimensions along which a row's allowed keys can differ are
+     * walked (sdpa_forward's validation does the same), so a mask or bias
+     * broadcast over items and heads is read once per row. */
+    const bool per_item = j->a.kv_lens || (mask && mask->shape[0] > 1) ||
+                          (bias && bias->shape[0] > 1);
+    const bool per_head =
+        (mask && mask->shape[1] > 1) || (bias && bias->shape[1] > 1);
+    const int64_t items = per_item ? j->n : 1, heads = per_head ? j->hq : 1;
+    for (int64_t b = 0; b < items; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t i = 0; i < j->rows; i++) {
+                const int64_t pos = global_row(segs, nsegs, i);
+                const int64_t len =
+                    j->a.kv_lens ? j->a.kv_lens[b] : j->tk_total;
+                int64_t limit = len; /* the row's keys are [0, limit) */
+                if (j->a.causal == SDPA_CAUSAL_TOP_LEFT && pos + 1 < limit)
+                    limit = pos + 1;
+                if (j->a.causal == SDPA_CAUSAL_BOTTOM_RIGHT &&
+                    pos + len - j->tq_total + 1 < limit)
+                    limit = pos + len - j->tq_total + 1;
+                bool any = false;
+                for (int64_t k = 0; k < limit && !any; k++) {
+                    if (mask && (*side_at(mask, 1, b, h, i, k) != 0) != allows)
+                        continue;
+                    if (bias) {
+                        const char *x = side_at(bias, j->es, b, h, i, k);
+                        double value = j->es == sizeof(float)
+                                           ? (double)*(const float *)x
+                                           : *(const double *)x;
+                        if (value == -INFINITY)
+                            continue;
+                    }
+                    any = true;
+                }
+                if (any)
+                    continue;
+                return mpi_fail(
+                    SDPA_ERR_FULLY_MASKED_ROW,
+                    "%s: batch %lld%s, head %lld%s, query row %lld (this "
+                    "rank's row %lld) has no allowed key (%s); set "
+                    "SDPA_OPT_EMPTY_ROWS to SDPA_EMPTY_ROWS_ZERO to get a "
+                    "zero row instead",
+                    j->fn, (long long)b,
+                    items == 1 && j->n > 1 ? " (and every item)" : "",
+                    (long long)h,
+                    heads == 1 && j->hq > 1 ? " (and every head)" : "",
+                    (long long)pos, (long long)i,
+                    limit <= 0 ? "key length and causal mask exclude all"
+                               : "mask/bias forbid every key");
+            }
+    return SDPA_OK;
+}
+
+int mpi_check_lse(mpi_job *j, const mpi_seg *segs, int nsegs)
 {
     if (j->policy == SDPA_EMPTY_ROWS_ZERO)
         return SDPA_OK;
@@ -434,37 +634,42 @@ int mpi_check_empty(mpi_job *j, const mpi_seg *segs, int nsegs)
                 size_t at = (size_t)((b * j->hq + h) * j->rows + i);
                 if (lse_value(j, at) != -INFINITY)
                     continue;
-                int64_t pos = i;
-                for (int s = 0; s < nsegs; s++)
-                    if (i >= segs[s].local && i < segs[s].local + segs[s].len)
-                        pos = segs[s].off + i - segs[s].local;
                 return mpi_fail(
-                    SDPA_ERR_FULLY_MASKED_ROW,
+                    SDPA_ERR_NONFINITE,
                     "%s: batch %lld, head %lld, query row %lld (this rank's "
-                    "row %lld) has no allowed key; set SDPA_OPT_EMPTY_ROWS "
-                    "to SDPA_EMPTY_ROWS_ZERO to get a zero row instead",
-                    j->fn, (long long)b, (long long)h, (long long)pos,
-                    (long long)i);
+                    "row %lld): every allowed logit is -inf (non-finite "
+                    "input or overflow); out holds unspecified values",
+                    j->fn, (long long)b, (long long)h,
+                    (long long)global_row(segs, nsegs, i), (long long)i);
             }
     return SDPA_OK;
 }
 
-int mpi_write_result(mpi_job *j)
+void mpi_write_result(mpi_job *j)
 {
-    sdpa_tensor outs[1] = {acc_view(j, j->acc_out, j->dv, 0, j->n, 0, j->rows)};
-    sdpa_tensor lses[1] = {acc_view(j, j->acc_lse, 1, 0, j->n, 0, j->rows)};
-    sdpa_merge_args m = SDPA_MERGE_ARGS_INIT;
-    m.dtype = j->a.dtype;
-    m.parts = 1;
-    m.outs = outs;
-    m.lses = lses;
-    m.out = j->a.out;
-    m.lse = j->a.lse;
-    int status = sdpa_merge(j->ctx, &m); /* under ZERO: an exact copy */
-    if (status != SDPA_OK)
-        return mpi_fail(status, "%s: writing the result: %s", j->fn,
-                        sdpa_ctx_last_error(j->ctx));
-    return SDPA_OK;
+    const sdpa_tensor *out = &j->a.out, *lse = &j->a.lse;
+    for (int64_t b = 0; b < j->n; b++)
+        for (int64_t h = 0; h < j->hq; h++)
+            for (int64_t i = 0; i < j->rows; i++) {
+                size_t at = (size_t)((b * j->hq + h) * j->rows + i);
+                /* An element's offset in out or lse (stride[3] of lse is
+                 * ignored; out's is 1: sdpa_forward's rules). */
+                int64_t o = (out->shape[0] > 1 ? b * out->stride[0] : 0) +
+                            (out->shape[1] > 1 ? h * out->stride[1] : 0) +
+                            (out->shape[2] > 1 ? i * out->stride[2] : 0);
+                /* A row no key reached was never written: the zero-row
+                 * policy's zeros (the error policy failed the call). */
+                if (lse_value(j, at) == -INFINITY)
+                    memset((char *)out->data + (size_t)o * j->es, 0,
+                           (size_t)j->dv * j->es);
+                if (!lse->data)
+                    continue;
+                int64_t l = (lse->shape[0] > 1 ? b * lse->stride[0] : 0) +
+                            (lse->shape[1] > 1 ? h * lse->stride[1] : 0) +
+                            (lse->shape[2] > 1 ? i * lse->stride[2] : 0);
+                memcpy((char *)lse->data + (size_t)l * j->es,
+                       (const char *)j->acc_lse + at * j->es, j->es);
+            }
 }
 
 int mpi_exchange(mpi_job *j, int layout, bool same_rows, int64_t *table)

@@ -70,7 +70,9 @@ int sdpa_mpi_decode(sdpa_ctx *ctx, MPI_Comm comm, const sdpa_mpi_args *args)
                               j.ranks, part * j.es);
     }
     if (status == SDPA_OK)
-        status = mpi_job_buffers(&j);
+        /* One block, whose calls take disjoint rows: each writes its rows
+         * directly, none is merged, no part buffer. */
+        status = mpi_job_buffers(&j, true, 0);
     if (exchanged)
         status = mpi_agree(&j, status);
 
@@ -84,8 +86,8 @@ int sdpa_mpi_decode(sdpa_ctx *ctx, MPI_Comm comm, const sdpa_mpi_args *args)
         const MPI_Datatype type =
             j.a.dtype == SDPA_FLOAT32 ? MPI_FLOAT : MPI_DOUBLE;
         double t0 = mpi_now();
-        /* acc_lse follows acc_out in one block: out, then lse */
-        MPI_Allgather(j.acc_out, (int)part, type, gathered, (int)part, type,
+        /* acc_lse follows the private acc in one block: out, then lse */
+        MPI_Allgather(j.acc.data, (int)part, type, gathered, (int)part, type,
                       comm);
         j.stats.wait_seconds += mpi_now() - t0;
         j.stats.bytes_sent += (uint64_t)part * j.es * (uint64_t)(j.ranks - 1);

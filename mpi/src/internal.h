@@ -38,14 +38,24 @@ typedef struct mpi_job {
     sdpa_forward_args a; /* the caller's, in this library's size */
     size_t es;
     int64_t n, hq, hkv, dk, dv, nk;
-    int64_t rows;            /* local query rows (Tq_r or Tq) */
-    int64_t tq_total;        /* the whole problem's query rows */
-    int64_t tk_total;        /* the whole problem's keys */
-    bool mask_global;        /* mask/bias columns are global positions */
-    int64_t policy;          /* the caller's SDPA_OPT_EMPTY_ROWS */
-    bool policy_set;         /* ctx's option was changed and must be restored */
-    void *acc_out, *acc_lse; /* [N, Hq, rows, Dv], [N, Hq, rows, 1] */
-    void *part_out, *part_lse; /* the same, one sub-call's result */
+    int64_t rows;     /* local query rows (Tq_r or Tq) */
+    int64_t tq_total; /* the whole problem's query rows */
+    int64_t tk_total; /* the whole problem's keys */
+    bool mask_global; /* mask/bias columns are global positions */
+    int64_t policy;   /* the caller's SDPA_OPT_EMPTY_ROWS */
+    bool policy_set;  /* ctx's option was changed and must be restored */
+    /* Where the partial results are merged: acc [N, Hq, rows, Dv] is the
+     * caller's out in prefill (no copy of the rank's rows: issue 12's
+     * memory target) and a private buffer in decode (it is sent);
+     * acc_lse [N, Hq, rows, 1], contiguous, is each row's running lse (-inf
+     * while the row has seen no key; acc's row is not read then). */
+    sdpa_tensor acc;
+    void *acc_lse;
+    /* One merging sdpa_forward call's result, [nb, Hq, r, Dv] then [nb,
+     * Hq, r, 1] contiguous, for nb <= N items of r <= part_rows rows. */
+    void *part_out, *part_lse;
+    int64_t part_rows;
+    void *scratch; /* the allocation behind the buffers above */
     sdpa_mpi_stats stats;
 } mpi_job;
 
@@ -57,9 +67,11 @@ int mpi_job_start(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm,
  * non-negative strides (the rest is checked by each sdpa_forward call). */
 int mpi_check_side(const mpi_job *j, const char *name, const sdpa_tensor *t,
                    int64_t cols);
-/* Allocates and clears the accumulators for j->rows rows (lse -inf) and
- * sets ctx's empty-row option to ZERO (restored by mpi_job_end). */
-int mpi_job_buffers(mpi_job *j);
+/* Sets up the accumulator (the caller's out, or a private zeroed buffer
+ * when private_acc), the running lse (-inf) and the part buffer for calls
+ * of up to part_rows rows, and sets ctx's empty-row option to ZERO
+ * (restored by mpi_job_end). Nothing of the caller's is written. */
+int mpi_job_buffers(mpi_job *j, bool private_acc, int64_t part_rows);
 /* Frees what mpi_job_buffers made, restores the option, copies the stats
  * to the caller's (if any), and clears the message after a success. */
 int mpi_job_end(mpi_job *j, const sdpa_mpi_args *args, int status);
@@ -71,19 +83,33 @@ int mpi_agree(mpi_job *j, int status);
 /* Computes, for global query rows [a, e) of segment qs (local tensors of
  * the caller), the keys [k0, k1) that are local key rows [krow, krow +
  * k1 - k0) of kt / vt (and mask/bias column `col0` for key k0), and merges
- * the result into the accumulators. Skips what no row can see; splits the
- * call where the causal diagonal crosses the block. */
+ * the result into the accumulator. Skips what no row can see; splits the
+ * call where the causal diagonal crosses the block. A call whose rows have
+ * seen no key yet writes into the accumulator directly; any other must
+ * have at most j->part_rows rows. */
 int mpi_block(mpi_job *j, const mpi_seg *qs, int64_t a, int64_t e,
               const sdpa_tensor *kt, const sdpa_tensor *vt, int64_t krow,
               int64_t k0, int64_t k1, int64_t col0);
 
-/* Under the error policy, the first accumulated row without an allowed key
- * as an SDPA_ERR_FULLY_MASKED_ROW (segments name global positions). */
-int mpi_check_empty(mpi_job *j, const mpi_seg *segs, int nsegs);
+/* Prefill, before the computation: out and lse must not overlap the
+ * inputs the computation reads after it has started writing out (mask,
+ * bias, kv_lens; q, k and v are checked by mpi_job_start). */
+int mpi_check_outputs(mpi_job *j);
 
-/* Writes the accumulators to the caller's out (and lse): a one-part
- * sdpa_merge, an exact copy. */
-int mpi_write_result(mpi_job *j);
+/* Prefill, before the computation, under the error policy: the first row
+ * (batch item, head, local row) that kv_lens, causality, the mask and -inf
+ * bias values leave without an allowed key among all T keys, as
+ * SDPA_ERR_FULLY_MASKED_ROW (segments name global positions). */
+int mpi_check_rows(mpi_job *j, const mpi_seg *segs, int nsegs);
+
+/* After the computation, under the error policy: a row whose allowed
+ * logits were all -inf (its lse stayed -inf) is SDPA_ERR_NONFINITE, as in
+ * sdpa_forward. */
+int mpi_check_lse(mpi_job *j, const mpi_seg *segs, int nsegs);
+
+/* Completes the caller's out (zeros for rows without a key, under the
+ * zero-row policy) and writes its lse. */
+void mpi_write_result(mpi_job *j);
 
 double mpi_now(void);
 

@@ -1,9 +1,14 @@
 /*
  * sdpa_mpi_prefill: context-parallel self-attention by ring. Each rank
- * keeps its query rows and accumulators; the K/V shards travel round the
+ * keeps its query rows and merges its partial results in the caller's out
+ * (with each row's running lse beside it); the K/V shards travel round the
  * ring, packed contiguous [Nk, Hkv, T_s, Dk] then [Nk, Hkv, T_s, Dv], with
  * MPI_Isend / MPI_Irecv posted before the compute on the shard in hand and
  * driven (MPI_Testall) between pieces of it.
+ *
+ * Memory beyond the caller's tensors and the two ring buffers: the running
+ * lse (rows values), one piece's partial result (PIECE_ROWS rows x (Dv +
+ * 1) values per item and head) and libsdpa's scratch.
  */
 #include "internal.h"
 
@@ -11,8 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Query rows per piece of compute between two MPI_Testall calls (when
- * transfers are in flight): a few milliseconds of work for D = 64. */
+/* Query rows per piece of compute: a few milliseconds of work for D = 64
+ * between two MPI_Testall calls while transfers are in flight, and the
+ * size of the part buffer, which holds one piece's partial result. */
 enum { PIECE_ROWS = 2048 };
 
 /* The shards: segs[2r], segs[2r + 1] of rank r (length 0 if unused). */
@@ -92,31 +98,38 @@ static void shard_views(const mpi_job *j, char *buf, int64_t rows,
 }
 
 /* One ring step: this rank's query segments against the shard of rank
- * src (segments ks), keeping the transfers in req moving. */
+ * src (segments ks), keeping the transfers in req moving. For every row
+ * the blocks are merged in the order of the steps, then of ks. */
 static int step_compute(mpi_job *j, const mpi_seg *qs, const mpi_seg *ks,
                         const sdpa_tensor *kt, const sdpa_tensor *vt,
                         MPI_Request *req, int nreq)
 {
-    const int64_t piece = nreq > 0 ? PIECE_ROWS : INT64_MAX;
-    for (int q = 0; q < 2; q++) {
-        const int64_t end = qs[q].off + qs[q].len;
-        for (int64_t a = qs[q].off, e; a < end; a = e) {
-            e = end - a > piece ? a + piece : end;
-            for (int k = 0; k < 2; k++) {
-                if (ks[k].len == 0)
-                    continue;
+    for (int q = 0; q < 2; q++)
+        for (int k = 0; k < 2; k++) {
+            if (ks[k].len == 0)
+                continue;
+            /* A block whose results are merged goes in pieces that fit the
+             * part buffer. On one rank, the rows' first key segment comes
+             * before anything and is merged into nothing: its calls write
+             * out directly, whatever their size, so that one rank with one
+             * shard makes the calls sdpa_forward would (one, or one per
+             * batch item with kv_lens) and gets its bits. */
+            const int64_t piece =
+                j->ranks == 1 && k == 0 ? INT64_MAX : PIECE_ROWS;
+            const int64_t end = qs[q].off + qs[q].len;
+            for (int64_t a = qs[q].off, e; a < end; a = e) {
+                e = end - a > piece ? a + piece : end;
                 int status =
                     mpi_block(j, &qs[q], a, e, kt, vt, ks[k].local, ks[k].off,
                               ks[k].off + ks[k].len, ks[k].off);
                 if (status != SDPA_OK)
                     return status;
-            }
-            if (nreq > 0) {
-                int done;
-                MPI_Testall(nreq, req, &done, MPI_STATUSES_IGNORE);
+                if (nreq > 0) {
+                    int done;
+                    MPI_Testall(nreq, req, &done, MPI_STATUSES_IGNORE);
+                }
             }
         }
-    }
     return SDPA_OK;
 }
 
@@ -178,6 +191,12 @@ int sdpa_mpi_prefill(sdpa_ctx *ctx, MPI_Comm comm, const sdpa_mpi_args *args)
         status = mpi_check_side(&j, "mask", &j.a.mask, total);
     if (status == SDPA_OK)
         status = mpi_check_side(&j, "bias", &j.a.bias, total);
+    /* Everything that can be checked is checked here, before the first
+     * write to out: after that, a failure leaves out unspecified. */
+    if (status == SDPA_OK)
+        status = mpi_check_outputs(&j);
+    if (status == SDPA_OK)
+        status = mpi_check_rows(&j, &segs[2 * j.rank], 2);
     if (status == SDPA_OK && j.ranks > 1) {
         ring[0] = malloc(most * j.es);
         ring[1] = malloc(most * j.es);
@@ -187,7 +206,8 @@ int sdpa_mpi_prefill(sdpa_ctx *ctx, MPI_Comm comm, const sdpa_mpi_args *args)
                          "%s: two K/V buffers of %zu bytes", fn, most * j.es);
     }
     if (status == SDPA_OK)
-        status = mpi_job_buffers(&j);
+        status = mpi_job_buffers(&j, false,
+                                 j.rows < PIECE_ROWS ? j.rows : PIECE_ROWS);
     if (exchanged) /* every rank is here */
         status = mpi_agree(&j, status);
 
@@ -225,10 +245,10 @@ int sdpa_mpi_prefill(sdpa_ctx *ctx, MPI_Comm comm, const sdpa_mpi_args *args)
             cur = 1 - cur;
         }
         if (failed == SDPA_OK)
-            failed = mpi_check_empty(&j, &segs[2 * me], 2);
+            failed = mpi_check_lse(&j, &segs[2 * me], 2);
         status = mpi_agree(&j, failed);
         if (status == SDPA_OK)
-            status = mpi_write_result(&j);
+            mpi_write_result(&j);
     }
     free(table);
     free(segs);

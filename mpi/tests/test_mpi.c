@@ -4,11 +4,13 @@
  * the whole problem from the same seed, computes the reference with
  * sdpa_forward in its own process, runs its part through sdpa_mpi_prefill
  * or sdpa_mpi_decode, and compares its rows: bitwise on one rank with one
- * shard (the same sdpa_forward call per batch item, merged once: an exact
- * copy), within float / double tolerances otherwise (the balanced layout
- * gives one rank two stripes, merged); decode results are also compared bit for
- * bit between the ranks. Then the errors: agreed on every rank, outputs
- * untouched. Exit status 0 only if every rank passed.
+ * shard (the calls sdpa_forward makes, written straight into out), within float
+ * / double tolerances otherwise (the balanced layout gives one rank two
+ * stripes, merged); decode results are also compared bit for bit between the
+ * ranks. Then the errors: agreed on every rank; outputs untouched after every
+ * error found before the computation (in prefill, out is unspecified after
+ * SDPA_ERR_NONFINITE, lse still untouched). Exit status 0 only if every rank
+ * passed.
  */
 #include <math.h>
 #include <stdint.h>
@@ -94,6 +96,8 @@ typedef struct cfg {
     double softcap;
     int policy; /* SDPA_EMPTY_ROWS_* */
     int uneven; /* contiguous / decode: random shard sizes */
+    int poison; /* 1: a NaN in q; 2: every logit of one row -inf; 3: a
+                   row's bias -inf for every key (head 0) */
 } cfg;
 
 typedef struct whole {
@@ -123,6 +127,22 @@ static void whole_make(whole *w, const cfg *c, uint64_t seed)
         w->kv_lens[b] = rng_int(&r, c->kv_lens == 2 ? 0 : 1, c->tk);
     if (c->kv_lens == 2)
         w->kv_lens[0] = 0; /* an item without keys: empty rows */
+    /* Row Tq / 2 of item 0, head 0: a NaN logit for every key (q[0] NaN),
+     * or -inf for every key (q = [-inf, 0, ...] against keys whose first
+     * element is 1): SDPA_ERR_NONFINITE, found during the computation
+     * (a zero row under the zero-row policy for -inf). */
+    const size_t row = (size_t)(c->tq / 2 * c->dk);
+    if (c->poison == 1)
+        set(w->q, dt, row, NAN);
+    if (c->poison == 2) {
+        set(w->q, dt, row, -INFINITY);
+        for (int64_t d = 1; d < c->dk; d++)
+            set(w->q, dt, row + (size_t)d, 0);
+        for (size_t i = 0; i < (size_t)(c->n * c->hkv * c->tk); i++)
+            set(w->k, dt, i * (size_t)c->dk, 1);
+    }
+    for (int64_t j = 0; c->poison == 3 && j < c->tk; j++)
+        set(w->bias, dt, (size_t)(c->tq / 2 * c->tk + j), -INFINITY);
     size_t rows = (size_t)(c->n * c->hq * c->tq);
     w->out = malloc(rows * (size_t)c->dv * esize(dt));
     w->lse = malloc(rows * esize(dt));
@@ -244,6 +264,9 @@ static void compare_rows(const cfg *c, const whole *w, const void *out,
 /* ---- Prefill --------------------------------------------------------------
  */
 
+/* run_prefill's expected status: whatever sdpa_forward gives the whole. */
+enum { AS_REFERENCE = -1 };
+
 static void run_prefill(const cfg *c, uint64_t seed, sdpa_ctx *ctx, int expect)
 {
     g_cases++;
@@ -253,6 +276,8 @@ static void run_prefill(const cfg *c, uint64_t seed, sdpa_ctx *ctx, int expect)
     sdpa_forward_args ref = whole_args(&w, c);
     sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, c->policy);
     int ref_status = sdpa_forward(ctx, &ref);
+    if (expect == AS_REFERENCE)
+        expect = ref_status;
     CHECK(ref_status == expect, "%s: reference gave %s, expected %s", c->name,
           sdpa_status_string(ref_status), sdpa_status_string(expect));
 
@@ -326,9 +351,11 @@ static void run_prefill(const cfg *c, uint64_t seed, sdpa_ctx *ctx, int expect)
         CHECK(g_ranks == 1 || stats.bytes_sent > 0, "%s: no bytes sent",
               c->name);
     } else if (status != SDPA_OK) {
+        /* out is unspecified after an error found during the computation
+         * (sdpa_mpi.h); lse is written only on success. */
         unsigned char *o = out, *l = lse;
         int touched = 0;
-        for (size_t i = 0; i < out_bytes; i++)
+        for (size_t i = 0; status != SDPA_ERR_NONFINITE && i < out_bytes; i++)
             touched |= o[i] != 0xA5;
         for (size_t i = 0; i < lse_bytes; i++)
             touched |= l[i] != 0xA5;
@@ -472,6 +499,62 @@ static void run_errors(sdpa_ctx *ctx)
     CHECK(strstr(sdpa_mpi_last_error(), "weights") != NULL, "message '%s'",
           sdpa_mpi_last_error());
     CHECK(((unsigned char *)out)[0] == 0xA5, "weights: out written");
+    /* 1.1's storage types and paging stay local to sdpa_forward: the last
+     * rank alone sets one, every rank refuses, out untouched. */
+    const struct {
+        const char *what;
+        int status;
+    } local_only[2] = {{"kv_dtype", SDPA_ERR_BAD_DTYPE},
+                       {"block_table", SDPA_ERR_UNSUPPORTED}};
+    int32_t table[1] = {0};
+    for (int which = 0; which < 2; which++) {
+        bad = a;
+        if (g_rank == g_ranks - 1 && which == 0)
+            bad.kv_dtype = SDPA_FLOAT16;
+        if (g_rank == g_ranks - 1 && which == 1) {
+            bad.block_table = table;
+            bad.pages_per_seq = 1;
+        }
+        m.attn = &bad;
+        memset(out, 0xA5, sizeof out);
+        status = sdpa_mpi_prefill(ctx, MPI_COMM_WORLD, &m);
+        CHECK(status == local_only[which].status, "%s: %s",
+              local_only[which].what, sdpa_status_string(status));
+        CHECK(((unsigned char *)out)[0] == 0xA5, "%s: out written",
+              local_only[which].what);
+    }
+    /* Found on one rank, before the computation: every rank fails and no
+     * out is written. The last rank's bias (one value, broadcast) lies in
+     * its out; rank 0's mask spans more than the address space. */
+    float spare = 0;
+    uint8_t allow[4 * 4 * 4] = {0};
+    const struct {
+        const char *what;
+        int status;
+    } early[2] = {{"bias over out", SDPA_ERR_OVERLAP},
+                  {"mask extent", SDPA_ERR_OVERFLOW}};
+    for (int e = 0; e < 2; e++) {
+        bad = a;
+        if (e == 0)
+            bad.bias = (sdpa_tensor){g_rank == g_ranks - 1 ? (void *)(out + 5)
+                                                           : (void *)&spare,
+                                     {1, 1, 1, 1},
+                                     {0, 0, 0, 0}};
+        else
+            bad.mask =
+                (sdpa_tensor){allow,
+                              {1, 1, 4, 4 * g_ranks},
+                              {0, 0, g_rank == 0 ? INT64_MAX : 4 * g_ranks, 1}};
+        m.attn = &bad;
+        memset(out, 0xA5, sizeof out);
+        status = sdpa_mpi_prefill(ctx, MPI_COMM_WORLD, &m);
+        CHECK(status == early[e].status, "%s: %s (%s)", early[e].what,
+              sdpa_status_string(status), sdpa_mpi_last_error());
+        int touched = 0;
+        for (size_t i = 0; i < sizeof out; i++)
+            touched |= ((unsigned char *)out)[i] != 0xA5;
+        CHECK(!touched, "%s: out written", early[e].what);
+    }
     /* Rank 0 alone has another Dv: a shape mismatch on every rank. */
     bad = a;
     if (g_rank == 0 && g_ranks > 1) {
@@ -544,25 +627,26 @@ int main(int argc, char **argv)
     const int ZERO = SDPA_EMPTY_ROWS_ZERO, ERR = SDPA_EMPTY_ROWS_ERROR;
     /* clang-format off */
     const cfg prefill[] = {
-        {"plain f32", F, NONE, CONT, 2, 2, 2, 37, 37, 8, 8, 0, 0, 0, 0, ERR, 0},
-        {"top-left uneven f64", D, TL, CONT, 1, 4, 2, 41, 41, 8, 5, 0, 0, 0, 0, ERR, 1},
-        {"top-left balanced GQA", F, TL, BAL, 2, 4, 1, 45, 45, 16, 16, 0, 0, 0, 0, ERR, 0},
-        {"bottom-right kv_lens", D, BR, CONT, 3, 2, 1, 30, 30, 4, 6, 1, 0, 0, 0, ZERO, 1},
-        {"bottom-right kv_lens balanced", F, BR, BAL, 2, 2, 2, 33, 33, 8, 8, 1, 0, 0, 0, ZERO, 0},
-        {"top-left kv_lens uneven", D, TL, CONT, 3, 3, 3, 29, 29, 6, 6, 2, 0, 0, 0, ZERO, 1},
-        {"none kv_lens balanced", D, NONE, BAL, 2, 2, 1, 26, 26, 6, 6, 1, 0, 0, 0, ERR, 0},
-        {"mask bias softcap", F, TL, CONT, 2, 2, 1, 31, 31, 8, 8, 0, 1, 1, 3.0, ZERO, 1},
-        {"mask balanced BR", D, BR, BAL, 2, 4, 2, 40, 40, 8, 4, 0, 1, 0, 0, ZERO, 0},
-        {"long rows (pieces)", F, TL, CONT, 1, 1, 1, 5000, 5000, 16, 16, 0, 0, 0, 0, ERR, 0},
-        {"long rows balanced", F, BR, BAL, 1, 2, 1, 4500, 4500, 16, 16, 0, 0, 0, 0, ERR, 0},
+        {"plain f32", F, NONE, CONT, 2, 2, 2, 37, 37, 8, 8, 0, 0, 0, 0, ERR, 0, 0},
+        {"top-left uneven f64", D, TL, CONT, 1, 4, 2, 41, 41, 8, 5, 0, 0, 0, 0, ERR, 1, 0},
+        {"top-left balanced GQA", F, TL, BAL, 2, 4, 1, 45, 45, 16, 16, 0, 0, 0, 0, ERR, 0, 0},
+        {"bottom-right kv_lens", D, BR, CONT, 3, 2, 1, 30, 30, 4, 6, 1, 0, 0, 0, ZERO, 1, 0},
+        {"bottom-right kv_lens balanced", F, BR, BAL, 2, 2, 2, 33, 33, 8, 8, 1, 0, 0, 0, ZERO, 0, 0},
+        {"top-left kv_lens uneven", D, TL, CONT, 3, 3, 3, 29, 29, 6, 6, 2, 0, 0, 0, ZERO, 1, 0},
+        {"none kv_lens balanced", D, NONE, BAL, 2, 2, 1, 26, 26, 6, 6, 1, 0, 0, 0, ERR, 0, 0},
+        {"mask bias softcap", F, TL, CONT, 2, 2, 1, 31, 31, 8, 8, 0, 1, 1, 3.0, ZERO, 1, 0},
+        {"mask balanced BR", D, BR, BAL, 2, 4, 2, 40, 40, 8, 4, 0, 1, 0, 0, ZERO, 0, 0},
+        {"long rows (pieces)", F, TL, CONT, 1, 1, 1, 5000, 5000, 16, 16, 0, 0, 0, 0, ERR, 0, 0},
+        {"long rows balanced", F, BR, BAL, 1, 2, 1, 4500, 4500, 16, 16, 0, 0, 0, 0, ERR, 0, 0},
+        {"long rows kv_lens f64", D, NONE, CONT, 2, 2, 1, 3000, 3000, 8, 8, 1, 0, 0, 0, ZERO, 1, 0},
     };
     const cfg decode[] = {
-        {"decode f32", F, NONE, 0, 1, 4, 4, 1, 57, 16, 16, 0, 0, 0, 0, ERR, 0},
-        {"decode GQA BR kv_lens", D, BR, 0, 3, 8, 2, 3, 61, 8, 8, 1, 0, 0, 0, ZERO, 1},
-        {"decode TL uneven", F, TL, 0, 2, 2, 1, 2, 40, 8, 4, 0, 0, 0, 0, ERR, 1},
-        {"decode mask bias softcap", D, BR, 0, 2, 2, 2, 2, 50, 4, 4, 1, 1, 1, 2.0, ZERO, 1},
-        {"decode kv_lens zeros", F, BR, 0, 3, 2, 1, 1, 33, 8, 8, 2, 0, 0, 0, ZERO, 0},
-        {"decode BR shards shorter than Tq", F, BR, 0, 1, 2, 1, 4, 9, 4, 4, 0, 0, 0, 0, ERR, 1},
+        {"decode f32", F, NONE, 0, 1, 4, 4, 1, 57, 16, 16, 0, 0, 0, 0, ERR, 0, 0},
+        {"decode GQA BR kv_lens", D, BR, 0, 3, 8, 2, 3, 61, 8, 8, 1, 0, 0, 0, ZERO, 1, 0},
+        {"decode TL uneven", F, TL, 0, 2, 2, 1, 2, 40, 8, 4, 0, 0, 0, 0, ERR, 1, 0},
+        {"decode mask bias softcap", D, BR, 0, 2, 2, 2, 2, 50, 4, 4, 1, 1, 1, 2.0, ZERO, 1, 0},
+        {"decode kv_lens zeros", F, BR, 0, 3, 2, 1, 1, 33, 8, 8, 2, 0, 0, 0, ZERO, 0, 0},
+        {"decode BR shards shorter than Tq", F, BR, 0, 1, 2, 1, 4, 9, 4, 4, 0, 0, 0, 0, ERR, 1, 0},
     };
     /* clang-format on */
     for (size_t i = 0; i < sizeof prefill / sizeof prefill[0]; i++)
@@ -579,6 +663,58 @@ int main(int argc, char **argv)
     dempty.name = "decode empty rows, error policy";
     dempty.policy = ERR;
     run_decode(&dempty, 301, ctx, SDPA_ERR_FULLY_MASKED_ROW);
+    /* Errors found during the computation: SDPA_ERR_NONFINITE on every
+     * rank, as sdpa_forward gives it; a row whose logits are all -inf is a
+     * zero row under the zero-row policy. */
+    cfg nan = prefill[2];
+    nan.name = "NaN in q";
+    nan.poison = 1;
+    run_prefill(&nan, 302, ctx, SDPA_ERR_NONFINITE);
+    cfg ninf = prefill[1];
+    ninf.name = "-inf logits, error policy";
+    ninf.poison = 2;
+    run_prefill(&ninf, 303, ctx, SDPA_ERR_NONFINITE);
+    ninf.name = "-inf logits, zero rows";
+    ninf.policy = ZERO;
+    run_prefill(&ninf, 303, ctx, SDPA_OK);
+    /* Rows without an allowed key under the error policy are found before
+     * the computation, as sdpa_forward finds them: random masks (1 key in
+     * 5 forbidden, so the first rows under top-left causality are often
+     * empty), and a row whose bias is -inf for every key. */
+    int masked_rows = 0;
+    for (int i = 0; i < 8; i++) {
+        cfg masked = prefill[i % 2 ? 8 : 7];
+        masked.name = "mask, error policy";
+        masked.policy = ERR;
+        masked.causal = i % 4 < 2 ? TL : BR;
+        masked.kv_lens = i >= 4;
+        masked.bias = 0;
+        masked.softcap = 0;
+        whole probe;
+        whole_make(&probe, &masked, 400 + (uint64_t)i);
+        sdpa_forward_args whole_call = whole_args(&probe, &masked);
+        sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, ERR);
+        masked_rows +=
+            sdpa_forward(ctx, &whole_call) == SDPA_ERR_FULLY_MASKED_ROW;
+        whole_free(&probe);
+        run_prefill(&masked, 400 + (uint64_t)i, ctx, AS_REFERENCE);
+    }
+    CHECK(masked_rows > 0 && masked_rows < 8,
+          "random masks: %d of 8 calls had an empty row; want some of both",
+          masked_rows);
+    cfg biased = prefill[7];
+    biased.name = "-inf bias row, error policy";
+    biased.policy = ERR;
+    biased.mask = 0;
+    biased.poison = 3;
+    run_prefill(&biased, 305, ctx, SDPA_ERR_FULLY_MASKED_ROW);
+    biased.name = "-inf bias row, zero rows";
+    biased.policy = ZERO;
+    run_prefill(&biased, 305, ctx, SDPA_OK);
+    cfg dnan = decode[0];
+    dnan.name = "decode NaN in q";
+    dnan.poison = 1;
+    run_decode(&dnan, 304, ctx, SDPA_ERR_NONFINITE);
     run_errors(ctx);
 
     int total = 0;
