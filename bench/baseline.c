@@ -93,6 +93,18 @@ void bench_bare_gemms(const bench_data *d, bench_baseline *b)
         bare_f(d, b);
 }
 
+void bench_bare_backward_gemms(const bench_data *d, const void *dout, void *dq,
+                               void *dk, void *dv, bench_baseline *s_block,
+                               bench_baseline *dp_block)
+{
+    if (d->shape->window)
+        return; /* as bench_bare_gemms */
+    if (d->shape->dtype == SDPA_FLOAT64)
+        bare_backward_d(d, dout, dq, dk, dv, s_block, dp_block);
+    else
+        bare_backward_f(d, dout, dq, dk, dv, s_block, dp_block);
+}
+
 int bench_naive(const bench_data *d, bench_baseline *b)
 {
     return d->shape->dtype == SDPA_FLOAT64 ? naive_d(d, b) : naive_f(d, b);

@@ -54,6 +54,67 @@ static void BFN(bare_)(const bench_data *d, bench_baseline *bl)
 }
 
 /*
+ * The backward's bound: the five gemms a materialised backward needs, per
+ * (b, h) and query block of `rows` rows, on two score blocks of the same
+ * size (S and dP; a materialised backward holds both for dS = P ∘ (dP − D),
+ * the elementwise step left out here):
+ *   S = Q_blk · Kᵀ          (rows, Dk) @ (Dk, Tk) -> (rows, Tk)
+ *   dP = dO_blk · Vᵀ        (rows, Dv) @ (Dv, Tk) -> (rows, Tk)
+ *   dV += Sᵀ · dO_blk       (Tk, rows) @ (rows, Dv) -> (Tk, Dv)
+ *   dQ_blk = dP · K         (rows, Tk) @ (Tk, Dk) -> (rows, Dk)
+ *   dK += dPᵀ · Q_blk       (Tk, rows) @ (rows, Dk) -> (Tk, Dk)
+ * dK and dV belong to KV head h / g and sum over the query blocks and the
+ * group's heads (beta 1 after the first contribution, so repeated runs do
+ * not grow the values). Full Tk and full square, as bare_.
+ */
+static void BFN(bare_backward_)(const bench_data *d, const void *dout, void *dq,
+                                void *dk, void *dv, bench_baseline *bl,
+                                bench_baseline *bl_dp)
+{
+    const bench_shape *s = d->shape;
+    const int64_t g = s->hq / s->hkv;
+    BT *sc = (BT *)bl->s, *dp = (BT *)bl_dp->s;
+    for (int64_t b = 0; b < s->n; b++)
+        for (int64_t h = 0; h < s->hq; h++)
+            for (int64_t r0 = 0; r0 < s->tq; r0 += bl->row_block) {
+                int64_t rows =
+                    s->tq - r0 < bl->row_block ? s->tq - r0 : bl->row_block;
+                const BT beta = h % g == 0 && r0 == 0 ? (BT)0 : (BT)1;
+                const BT *q =
+                    BFN(row_ptr_)(d->q, b, h, r0, s->hq, s->tq, s->dk);
+                const BT *k =
+                    BFN(row_ptr_)(d->k, b, h / g, 0, s->hkv, s->tk, s->dk);
+                const BT *v =
+                    BFN(row_ptr_)(d->v, b, h / g, 0, s->hkv, s->tk, s->dv);
+                const BT *go =
+                    (const BT *)dout + ((b * s->hq + h) * s->tq + r0) * s->dv;
+                BT *gq = BFN(row_ptr_)(dq, b, h, r0, s->hq, s->tq, s->dk);
+                BT *gk = BFN(row_ptr_)(dk, b, h / g, 0, s->hkv, s->tk, s->dk);
+                BT *gv = BFN(row_ptr_)(dv, b, h / g, 0, s->hkv, s->tk, s->dv);
+                BGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows),
+                      blas_int(s->tk), blas_int(s->dk), (BT)1, q,
+                      blas_int(s->dk), k, blas_int(s->dk), (BT)0, sc,
+                      blas_int(s->tk));
+                BGEMM(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows),
+                      blas_int(s->tk), blas_int(s->dv), (BT)1, go,
+                      blas_int(s->dv), v, blas_int(s->dv), (BT)0, dp,
+                      blas_int(s->tk));
+                BGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(s->tk),
+                      blas_int(s->dv), blas_int(rows), (BT)1, sc,
+                      blas_int(s->tk), go, blas_int(s->dv), beta, gv,
+                      blas_int(s->dv));
+                BGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(rows),
+                      blas_int(s->dk), blas_int(s->tk), (BT)1, dp,
+                      blas_int(s->tk), k, blas_int(s->dk), (BT)0, gq,
+                      blas_int(s->dk));
+                BGEMM(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(s->tk),
+                      blas_int(s->dk), blas_int(rows), (BT)1, dp,
+                      blas_int(s->tk), q, blas_int(s->dk), beta, gk,
+                      blas_int(s->dk));
+            }
+}
+
+/*
  * The naive program. Per (b, h) and query block, with L = kv_len(b):
  *   S = scale · Q_blk · K[k0:k1]ᵀ               (rows, k1 - k0)
  *   forbidden s_ij := -inf (j outside row i's allowed keys)

@@ -10,6 +10,8 @@
  *   sysinfo.c   clock, process memory (VmRSS / VmHWM), read bandwidth
  *   report.c    the human table and the --json output
  *   main.c      options and the interleaved measurement loop
+ *   backward.c  --backward: sdpa_backward against the forward and the five
+ *               bare gemms of a materialised backward
  */
 #ifndef SDPA_BENCH_H
 #define SDPA_BENCH_H
@@ -43,6 +45,12 @@ typedef struct bench_shape {
     int dense_bias;      /* variant "sdpa dense bias": the window as a dense
                             [1, 1, Tq, Tk] bias (0 / -inf), no window flag */
     double dense_target; /* reported: dense median / median >= this */
+    /* 1.1 storage (storage.c): q and out in io_type, k and v in kv_type
+     * (0: dtype), k and v in a pool of pages of `page` keys (0: not
+     * paged). The naive and bare baselines run in float32 on the same
+     * values, which are rounded to be exact in the storage types. */
+    int io_type, kv_type;
+    int64_t page;
 } bench_shape;
 
 /* The fixed suite, in run order. */
@@ -93,11 +101,32 @@ typedef struct bench_data {
     void *bias;
     size_t bias_bytes;
     sdpa_forward_args dense_args;
+    /* storage.c: q, k and v in the shape's storage types (NULL: the
+     * float32 buffers above serve), the page table; out_lib then holds
+     * out in io_type */
+    void *q_lib, *k_lib, *v_lib;
+    int32_t *table;
 } bench_data;
 
 /* Allocate and fill with normal-ish values from a fixed seed. 0 on success. */
 int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed);
 void bench_data_free(bench_data *d);
+
+/* Shapes with storage types or pages (storage.c): rounds d's float32
+ * inputs to be exact in the storage types, makes the typed copies (and
+ * the page pool) and points d->args at them. 0 on success. */
+int bench_storage_init(bench_data *d);
+void bench_storage_free(bench_data *d);
+/* Bytes of one element of a storage type (SDPA_FLOAT*). */
+size_t bench_type_size(int type);
+/* out_lib (in io_type) against out_ref: max |difference|, and the bound it
+ * must stay under (the float32 tolerance plus one rounding of out). */
+double bench_out_diff(const bench_data *d);
+double bench_out_tolerance(const bench_shape *s);
+
+/* Fill `count` elements of `dtype` with the inputs' distribution from a
+ * seed of their own (the backward's dout). */
+void bench_fill_random(void *x, size_t count, int dtype, uint64_t seed);
 
 /* max |a_i - b_i| over n elements of `dtype`; +inf when either holds a NaN
  * where the other does not, so a wrong result can never look small. */
@@ -126,6 +155,15 @@ void bench_baseline_free(bench_baseline *b);
  * (causal ignored). Writes d->out_bare. */
 void bench_bare_gemms(const bench_data *d, bench_baseline *b);
 
+/* The backward's bound (--backward): per (batch, query head) the five
+ * gemms S = Q·Kᵀ, dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q (the S
+ * block standing for P, the dP block for dS), full Tk and full square, on
+ * two score blocks of the same row_block. dout is [N, Hq, Tq, Dv]; dq, dk,
+ * dv are written (meaningless values) in the layouts of q, k, v. */
+void bench_bare_backward_gemms(const bench_data *d, const void *dout, void *dq,
+                               void *dk, void *dv, bench_baseline *s_block,
+                               bench_baseline *dp_block);
+
 /* The naive three-call program: gemm, scalar softmax with exp and the masks
  * (causal, kv_lens, window) applied as -inf before the max, gemm. Windowed
  * shapes: per query block, the gemms cover only the block's key range.
@@ -144,6 +182,9 @@ int64_t bench_mem_hwm(void);
  * 0 on success; -1 when the kernel refuses, in which case peak growth is
  * only attributable for the first, largest run (see --only). */
 int bench_mem_reset_peak(void);
+
+/* The "model name" of /proc/cpuinfo in buf (size bytes), or "unknown". */
+const char *bench_cpu_model(char *buf, size_t size);
 
 /* Streaming read bandwidth in bytes/s: sum of a `bytes` buffer split over
  * `threads` POSIX threads, median of `reps` passes. <= 0 on failure. */
@@ -231,5 +272,27 @@ void bench_report_ratio(const bench_env *env, const bench_ratio *r);
 void bench_report_footer(const bench_env *env, int warnings);
 void bench_report_json(const bench_env *env, const bench_row *rows,
                        size_t count, const bench_ratio *ratios, size_t nratios);
+
+/* The JSON scalars of report.c, for backward.c's output. */
+void bench_json_string(const char *s);
+void bench_json_number(double x);
+
+/* -------------------------------------------------------------- backward */
+
+/* What --backward takes from the command line (the rest is in bench_env). */
+typedef struct bench_backward_opts {
+    const char *only; /* comma-separated shape names; NULL = A,B,D,E,I */
+    const int *threads;
+    int nthreads;
+    int reps; /* 0 = adaptive */
+    double block_seconds;
+    int json;
+} bench_backward_opts;
+
+/* --backward: per selected shape and thread count, sdpa_backward, the
+ * forward that feeds it (with lse) and the five bare gemms, interleaved;
+ * ratios, scratch, and the memory bound of shape E. Prints the table (or
+ * JSON); returns the number of warnings. */
+int bench_backward_run(const bench_env *env, const bench_backward_opts *o);
 
 #endif /* SDPA_BENCH_H */

@@ -48,6 +48,7 @@ typedef struct options {
     /* SDPA_OPT_BLOCK_Q / _K on the path variants' contexts; 0 = default */
     int64_t block_q, block_k;
     unsigned timed; /* --variants: bit v set = variant v is run and timed */
+    int backward;   /* --backward: the backward rows (backward.c) instead */
 } options;
 
 /* --lib-blas-threads, read by run_once. */
@@ -121,7 +122,7 @@ static void usage(FILE *f)
             "                  [--mem-budget-mib M] [--seed S] "
             "[--block-seconds X]\n"
             "                  [--block-q N] [--block-k N] [--variants "
-            "LIST]\n"
+            "LIST] [--backward]\n"
             "  --json            machine-readable output on stdout (progress "
             "stays on stderr)\n"
             "  --only LIST       shapes to run (default: all, in the order "
@@ -151,6 +152,24 @@ static void usage(FILE *f)
             "program still runs\n"
             "                    once untimed, as the reference of the "
             "max|diff| check\n"
+            "  --backward        instead of the forward table: per shape "
+            "(default A,B,D,E,I;\n"
+            "                    --only picks others) and --threads value, "
+            "sdpa_backward, the\n"
+            "                    forward with lse that feeds it (path auto) "
+            "and the five bare\n"
+            "                    gemms of a materialised backward (S=QK^T, "
+            "dP=dO V^T, dV=P^T dO,\n"
+            "                    dQ=dS K, dK=dS^T Q; full square), "
+            "interleaved; prints\n"
+            "                    backward/forward, backward/gemms, scratch "
+            "against inputs +\n"
+            "                    outputs, and E's bound (inputs + outputs + "
+            "16 MiB) as PASS/FAIL.\n"
+            "                    --threads, --lib-blas-threads, --reps, "
+            "--block-seconds, --seed,\n"
+            "                    --json apply; --block-q/--block-k set the "
+            "backward's tiles only\n"
             "dRSS is each variant's own peak (VmHWM is reset through "
             "/proc/self/clear_refs);\n"
             "where the kernel refuses that, run '--only L' so the process "
@@ -276,6 +295,8 @@ static int parse_args(int argc, char **argv, options *o)
         long v;
         if (!strcmp(a, "--json")) {
             o->json = 1;
+        } else if (!strcmp(a, "--backward")) {
+            o->backward = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
@@ -473,14 +494,13 @@ static void setup(variant *v, int threads, const options *o, int reset_ok)
         v->row.peak_growth = hwm > rss0 ? hwm - rss0 : 0;
 
     if (is_lib(v->row.variant)) {
-        size_t n = d->out_count;
-        double diff = bench_max_abs_diff(d->out_lib, d->out_ref, n, s->dtype);
+        double diff = bench_out_diff(d);
         v->row.max_diff = diff;
-        if (!(diff <= bench_tolerance(s->dtype))) {
+        if (!(diff <= bench_out_tolerance(s))) {
             v->row.diff_bad = 1;
             snprintf(v->row.note, sizeof v->row.note,
                      "WRONG: max|diff| vs naive %.3g > %.0e", diff,
-                     bench_tolerance(s->dtype));
+                     bench_out_tolerance(s));
             fprintf(stderr,
                     "\n!!! WARNING: shape %s threads %d %s differs from the "
                     "naive baseline: max|diff| = %.3g !!!\n\n",
@@ -838,6 +858,15 @@ int main(int argc, char **argv)
     }
     warm_up_blas();
     env.peak_reset_ok = bench_mem_reset_peak() == 0;
+    if (o.backward) { /* its own table: no bandwidth, no forward suite */
+        bench_backward_opts bo = {.only = o.only,
+                                  .threads = o.threads,
+                                  .nthreads = o.nthreads,
+                                  .reps = o.reps,
+                                  .block_seconds = o.block_seconds,
+                                  .json = o.json};
+        return bench_backward_run(&env, &bo) ? 1 : 0;
+    }
     if (any_decode) {
         fprintf(stderr, "measuring read bandwidth (512 MiB)...\n");
         env.bw[0] = bench_read_bandwidth((size_t)512 << 20, 1, 7);

@@ -164,7 +164,7 @@ void bench_report_ratio(const bench_env *env, const bench_ratio *r)
         if (r->shape_s > 0 && r->ref_s > 0) {
             double x = r->shape_s / r->ref_s;
             printf("%.2f  (sdpa auto %.3f ms / ref sdpa auto %.3f ms, same "
-                   "rounds, %s; target <= %.0f: %s)\n",
+                   "rounds, %s; target <= %.3g: %s)\n",
                    x, r->shape_s * 1e3, r->ref_s * 1e3, tiles, s->ref_target,
                    verdict(x <= s->ref_target));
         } else {
@@ -400,4 +400,14 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
     if (nratios)
         json_ratios(env, ratios, nratios);
     printf("\n}\n");
+}
+
+void bench_json_string(const char *s)
+{
+    json_string(s);
+}
+
+void bench_json_number(double x)
+{
+    json_number(x);
 }

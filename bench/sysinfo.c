@@ -61,6 +61,26 @@ int bench_mem_reset_peak(void)
     return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
+const char *bench_cpu_model(char *buf, size_t size)
+{
+    snprintf(buf, size, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return buf;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon)
+            continue;
+        colon += colon[1] == ' ' ? 2 : 1;
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(buf, size, "%s", colon);
+        break;
+    }
+    fclose(f);
+    return buf;
+}
+
 /* ---- read bandwidth ---------------------------------------------------- */
 
 typedef struct sum_job {

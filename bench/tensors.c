@@ -141,7 +141,7 @@ int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed)
         a.window_right = s->window_right;
     }
     d->args = a;
-    if (s->dense_bias && init_dense_bias(d, s)) {
+    if ((s->dense_bias && init_dense_bias(d, s)) || bench_storage_init(d)) {
         bench_data_free(d);
         return -1;
     }
@@ -157,7 +157,15 @@ void bench_data_free(bench_data *d)
     free(d->out_ref);
     free(d->out_bare);
     free(d->bias);
+    bench_storage_free(d);
     memset(d, 0, sizeof *d);
+}
+
+void bench_fill_random(void *x, size_t count, int dtype, uint64_t seed)
+{
+    uint64_t state = seed;
+    for (size_t i = 0; i < count; i++)
+        store(x, i, normalish(&state), dtype);
 }
 
 double bench_max_abs_diff(const void *a, const void *b, size_t n, int dtype)
