@@ -2,11 +2,11 @@
 # is clang's libFuzzer runtime there? Sets
 #   SDPA_FUZZ_ENABLED     ON when tests/fuzz is built and run by ctest
 #   SDPA_FUZZ_LIB_FLAGS   compile flags of the instrumented library variant
-#   SDPA_FUZZ_FLAGS       compile and link flags of the fuzz target
+#   SDPA_FUZZ_FLAGS       compile and link flags of the fuzz targets
 # The flags combine with SDPA_SANITIZE (e.g. address,undefined in CI): the
 # sanitizers are named again, which clang accepts.
-option(SDPA_BUILD_FUZZ "Build the libFuzzer target tests/fuzz when the compiler has the runtime" ON)
-option(SDPA_FUZZ_STRICT "Fuzz target: do not tolerate the known open library issues" OFF)
+option(SDPA_BUILD_FUZZ "Build the libFuzzer targets tests/fuzz when the compiler has the runtime" ON)
+option(SDPA_FUZZ_STRICT "Fuzz targets: fail on the open findings they tolerate (README.md there)" OFF)
 
 set(SDPA_FUZZ_ENABLED OFF)
 set(SDPA_FUZZ_LIB_FLAGS "")
@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   endif()
 endif()
 if(SDPA_FUZZ_ENABLED)
-  message(STATUS "libsdpa: libFuzzer runtime found: building tests/fuzz (fuzz_forward, ctest label fuzz)")
+  message(STATUS "libsdpa: libFuzzer runtime found: building tests/fuzz (fuzz_* targets, ctest label fuzz)")
 elseif(NOT SDPA_BUILD_FUZZ)
   message(STATUS "libsdpa: SDPA_BUILD_FUZZ is OFF: tests/fuzz is not built")
 elseif(SDPA_SANITIZE MATCHES "thread|memory")

@@ -1,0 +1,148 @@
+/*
+ * The multi-head layer's calls for fuzz_mha_forward and fuzz_mha_backward:
+ * one decoder of an input's first fields into an sdpa_mha_args (shapes,
+ * heads, positional encodings, layouts, weights and biases, the attention
+ * options and outputs, one argument error), and the long-double reference
+ * of the layer (fuzz_layer_ref.c) with the bound the library must meet.
+ */
+#ifndef SDPA_FUZZ_LAYER_H
+#define SDPA_FUZZ_LAYER_H
+
+#include <stdint.h>
+
+#include "fuzz_common.h"
+#include "fuzz_ref.h"
+#include "sdpa.h"
+
+/* The fields of a layer call; each target's own fields follow L_COUNT. */
+enum fz_layer_field {
+    L_MODE,
+    L_DTYPE,
+    L_DTYPE_RAW,
+    L_N,
+    L_TQ,
+    L_TK,
+    L_E,
+    L_HQ,
+    L_HKV,
+    L_DK,
+    L_DV,
+    L_POS,
+    L_POS_BASE,
+    L_POS_OFF,
+    L_POS_ARR,
+    L_SELF,
+    L_LAYOUT,
+    L_BIASES,
+    L_ATTN,
+    L_CAUSAL,
+    L_WINDOW,
+    L_MASK,
+    L_MASK_B,
+    L_BIAS,
+    L_BIAS_B,
+    L_KVLENS,
+    L_EXTRAS, /* ALiBi, sinks, soft-cap, scale */
+    L_ATTN_OUT,
+    L_BAD_KIND,
+    L_BAD_WHICH,
+    L_BAD_VAL,
+    L_STRUCT,
+    L_ATTN_STRUCT,
+    L_OPT0, /* four (id, value) slots: fz_apply_options */
+    L_OOM = L_OPT0 + 8,
+    L_SECOND,
+    L_SPECIAL,
+    L_AMP,
+    L_SEED0, /* eight bytes */
+    L_COUNT = L_SEED0 + 8
+};
+
+/* The attention outputs a layer call may request through attn. */
+enum { A_WEIGHTS, A_LSE, A_MAXW, A_ENT, A_COUNT };
+
+typedef struct fz_layer_call {
+    int backward; /* decoding for sdpa_mha_backward */
+    int huge;
+    fz_dtype dt;
+    int64_t N, Tq, Tk, E, Hq, Hkv, dk, dv; /* resolved (valid calls) */
+    int self, positions;
+    double base;
+    int64_t offset;
+    fz_tens x_q, x_kv, y;
+    fz_buf *w[4], *b[4]; /* w_q, w_k, w_v, w_o; b_q .. b_o (b: NULL) */
+    int64_t *pos_q, *pos_kv;
+    int has_attn;
+    fz_tens mask, bias, out[A_COUNT];
+    int64_t kv_lens[2];
+    double *slopes, *sinks;
+    sdpa_forward_args attn;
+    union {
+        sdpa_forward_args a;
+        unsigned char bytes[sizeof(sdpa_forward_args) + 64];
+    } attn_box;
+    sdpa_mha_args a;
+    union {
+        sdpa_mha_args a;
+        unsigned char bytes[sizeof(sdpa_mha_args) + 64];
+    } box;
+    fz_sset errs, amb;
+    fz_sset errs_attn; /* those the attention call finds, after the layer
+                          reserved its scratch */
+    int null_ctx, null_args;
+    int special; /* a NaN somewhere: OK or NONFINITE, no comparison */
+} fz_layer_call;
+
+/* Decodes the layer call of the current input (fields L_*), registers its
+ * buffers, draws the values (valid calls) and packs the args. */
+void fz_layer_decode(fz_layer_call *c, int backward);
+/* The call's positions of token t of item b (pos array, or offset + t). */
+int64_t fz_layer_pos(const fz_layer_call *c, int kv, int64_t b, int64_t t);
+void fz_layer_describe(const fz_layer_call *c);
+
+/* ------------------------------------------------------------------------ */
+/* The reference (fuzz_layer_ref.c).                                         */
+/* ------------------------------------------------------------------------ */
+typedef struct fz_layer_ref {
+    /* y [N, Tq, E] and its bound; the attention's reference on Q, K, V
+     * rounded to double, with the tolerance of the attention outputs */
+    long double *y, *ty;
+    ref_result att;
+    fz_tol att_tol;
+    double eps;
+    /* the gradients (fz_layer_ref_backward) and their bounds: dx_q
+     * [N, Tq, E], dx_kv [N, Tk, E], dw_*, db_* row-major as the weights */
+    long double *g[10], *tg[10];
+    /* internals (fuzz_layer_ref.c) */
+    long double *xq, *exq, *xkv, *exkv;    /* X~ and its errors */
+    long double *q, *eq, *k, *ek, *v, *ev; /* projections after RoPE */
+    long double *o, *eo;                   /* the heads' outputs [N,Tq,Hq dv] */
+    double *qd, *kd, *vd, *biasd;          /* double copies for reference.c */
+    double e_s;                            /* upstream logit error */
+} fz_layer_ref;
+
+/* Which gradient g[i] is: dx_q, dx_kv, dw_q, dw_k, dw_v, dw_o, db_q, db_k,
+ * db_v, db_o. */
+enum {
+    G_DXQ,
+    G_DXKV,
+    G_DWQ,
+    G_DWK,
+    G_DWV,
+    G_DWO,
+    G_DBQ,
+    G_DBK,
+    G_DBV,
+    G_DBO,
+    G_COUNT
+};
+
+int fz_layer_ref_forward(const fz_layer_call *c, fz_layer_ref *r);
+/* dy [N, 1, Tq, E] of the call's dtype. */
+int fz_layer_ref_backward(const fz_layer_call *c, const sdpa_tensor *dy,
+                          fz_layer_ref *r);
+void fz_layer_ref_free(fz_layer_ref *r);
+/* Elements of gradient i. */
+size_t fz_layer_grad_count(const fz_layer_call *c, int i);
+
+#endif
