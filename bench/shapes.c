@@ -10,6 +10,15 @@
         .tq = T, .tk = T, .dk = D, .dv = D, .causal = caus                     \
     }
 
+/* Shape G's decode (Hq = 32, Tq = 1, Tk = 4096, D = 128) with Hkv KV
+ * heads stored in kv_type, paged when page > 0, timed beside `ref`. */
+#define DECODE_G(nm, desc, Hkv, kv, pg, reference, target)                     \
+    {                                                                          \
+        .name = nm, .what = desc, .dtype = SDPA_FLOAT32, .n = 1, .hq = 32,     \
+        .hkv = Hkv, .tq = 1, .tk = 4096, .dk = 128, .dv = 128, .decode = 1,    \
+        .kv_type = kv, .page = pg, .ref = reference, .ref_target = target      \
+    }
+
 static const bench_shape suite[] = {
     SQUARE("A", "N=1 H=8 T=1024 D=64", SDPA_FLOAT32, 1, 8, 1024, 64,
            SDPA_CAUSAL_NONE),
@@ -105,63 +114,14 @@ static const bench_shape suite[] = {
     /* 1.1: what an inference engine holds. Each runs its reference
      * shape's sdpa auto call in its own rounds ("ref sdpa auto"): the
      * targets are time ratios measured side by side. */
-    {.name = "Gh",
-     .what = "G with float16 K/V (q, out float32)",
-     .dtype = SDPA_FLOAT32,
-     .n = 1,
-     .hq = 32,
-     .hkv = 32,
-     .tq = 1,
-     .tk = 4096,
-     .dk = 128,
-     .dv = 128,
-     .decode = 1,
-     .kv_type = SDPA_FLOAT16,
-     .ref = "G",
-     .ref_target = 0.55},
-    {.name = "Gb",
-     .what = "G with bfloat16 K/V (q, out float32)",
-     .dtype = SDPA_FLOAT32,
-     .n = 1,
-     .hq = 32,
-     .hkv = 32,
-     .tq = 1,
-     .tk = 4096,
-     .dk = 128,
-     .dv = 128,
-     .decode = 1,
-     .kv_type = SDPA_BFLOAT16,
-     .ref = "G",
-     .ref_target = 0.55},
-    {.name = "G8h",
-     .what = "G8 with float16 K/V (q, out float32)",
-     .dtype = SDPA_FLOAT32,
-     .n = 1,
-     .hq = 32,
-     .hkv = 8,
-     .tq = 1,
-     .tk = 4096,
-     .dk = 128,
-     .dv = 128,
-     .decode = 1,
-     .kv_type = SDPA_FLOAT16,
-     .ref = "G8",
-     .ref_target = 0.55},
-    {.name = "Ph",
-     .what = "Gh over a paged float16 cache, 16-key pages, shuffled",
-     .dtype = SDPA_FLOAT32,
-     .n = 1,
-     .hq = 32,
-     .hkv = 32,
-     .tq = 1,
-     .tk = 4096,
-     .dk = 128,
-     .dv = 128,
-     .decode = 1,
-     .kv_type = SDPA_FLOAT16,
-     .page = 16,
-     .ref = "Gh",
-     .ref_target = 1.1},
+    DECODE_G("Gh", "G with float16 K/V (q, out float32)", 32, SDPA_FLOAT16, 0,
+             "G", 0.55),
+    DECODE_G("Gb", "G with bfloat16 K/V (q, out float32)", 32, SDPA_BFLOAT16, 0,
+             "G", 0.55),
+    DECODE_G("G8h", "G8 with float16 K/V (q, out float32)", 8, SDPA_FLOAT16, 0,
+             "G8", 0.55),
+    DECODE_G("Ph", "Gh over a paged float16 cache, 16-key pages, shuffled", 32,
+             SDPA_FLOAT16, 16, "Gh", 1.1),
     {.name = "Ah",
      .what = "A with q, k, v and out in float16",
      .dtype = SDPA_FLOAT32,
