@@ -211,9 +211,9 @@ void fz_layer_decode(fz_layer_call *c, int backward)
     unsigned bv = fz(L_POS_BASE) % 8;
     static const double bases[4] = {10000, 500, 2, 1e6};
     a->pos_base = bv < 4 ? 0 : bv < 7 ? bases[bv - 4] : 0;
-    if (bv == 7) {
-        static const double bad[3] = {NAN, -1, INFINITY};
-        a->pos_base = bad[(fz(L_POS_BASE) >> 3) % 3];
+    if (bv == 7) { /* (a subnormal base: finding 1a, refused since) */
+        static const double bad[4] = {NAN, -1, INFINITY, 1e-310};
+        a->pos_base = bad[(fz(L_POS_BASE) >> 3) % 4];
         c->errs |= FZ_BIT(SDPA_ERR_BAD_SCALE);
     }
     unsigned ov = fz(L_POS_OFF) % 8;

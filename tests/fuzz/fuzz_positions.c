@@ -71,6 +71,7 @@ enum field {
 
 static const double u53 = 0x1p-53;
 
+#ifdef FZ_TOLERATE_FINDINGS
 /* Does the angle p base^(-2r/d), or the frequency itself, overflow
  * double (a base far below 1)? */
 static int angle_overflows(double base, int64_t p, int64_t r, int64_t d)
@@ -79,6 +80,7 @@ static int angle_overflows(double base, int64_t p, int64_t r, int64_t d)
     return f > (long double)DBL_MAX ||
            fabsl((long double)p) * f > (long double)DBL_MAX;
 }
+#endif
 
 /* base: 0 (= 10000), typical, below 1, subnormal, huge; bad values
  * (BAD_SCALE) */
@@ -91,7 +93,7 @@ static double decode_base(int *bad)
     double b = v % 4 == 3 ? 1.0 + 1e5 * (double)fz(F_BASE_FRAC) / 255.0
                           : vals[(v >> 2) % 16];
     /* 0 or finite and at least DBL_MIN: a subnormal base overflowed the
-     * frequencies (finding 1, fixed: now BAD_SCALE) */
+     * frequencies (finding 1a, fixed: now BAD_SCALE) */
     *bad = !(isfinite(b) && (b == 0 || b >= DBL_MIN));
     return b;
 }
@@ -109,8 +111,10 @@ static void run_rope(void)
         errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
     int64_t N = 1 + (int64_t)(fz(F_N) % 3), H = 1 + (int64_t)(fz(F_H) % 3);
     int64_t T = 1 + (int64_t)(fz(F_T) % 6);
-    int64_t D = fz(F_D) < 240 ? 1 + (int64_t)(fz(F_D) % 12)
-                              : 2 * (1 + (int64_t)(fz(F_D) % 40));
+    /* up to 12, or even up to 80: the highest frequencies of a base far
+     * below 1 need 2r/d near 1 (finding 1) */
+    int64_t D = fz(F_D) < 200 ? 1 + (int64_t)(fz(F_D) % 12)
+                              : 2 * (1 + (int64_t)((fz(F_D) - 200) % 40));
     int style = fz(F_STYLE) % 8 < 4 ? SDPA_ROPE_HALF : SDPA_ROPE_INTERLEAVED;
     if (fz(F_STYLE) % 8 == 7) {
         static const int bad[4] = {0, 3, -1, INT_MAX};
@@ -296,9 +300,9 @@ static void run_rope(void)
                         continue;
                     }
 #ifdef FZ_TOLERATE_FINDINGS
-                    /* Finding 1 (README): with a base far below 1 the
-                     * frequency or the angle overflows to inf and the
-                     * value is NaN (at position 0 too) */
+                    /* Finding 1b (README): with a base far below 1 and
+                     * a large position the angle p base^(-2r/d) overflows
+                     * to inf and the value is NaN */
                     if (angle_overflows(base, p, r, rd)) {
                         fz_tolerated[1]++;
                         continue;
@@ -356,7 +360,9 @@ static void run_table(void)
                                    INT64_C(3) << 31};
     unsigned tv = fz(F_TOKENS), dv = fz(F_DIM);
     int64_t tokens = tv % 8 == 7 ? odd[(tv >> 3) % 8] : 1 + (int64_t)(tv % 40);
-    int64_t dim = dv % 8 == 7 ? odd[(dv >> 3) % 8] : 1 + (int64_t)(dv % 20);
+    int64_t dim = dv % 8 == 7   ? odd[(dv >> 3) % 8]
+                  : dv % 8 == 6 ? 44 + (int64_t)((dv >> 3) % 37)
+                                : 1 + (int64_t)(dv % 20);
     if (tokens <= 0 || dim <= 0)
         errs |= FZ_BIT(SDPA_ERR_BAD_DIM);
     static const int64_t offs[8] = {
@@ -417,7 +423,7 @@ static void run_table(void)
             int64_t p = offset + t;
             long double ref = fz_sinusoid(base, p, c, dim);
 #ifdef FZ_TOLERATE_FINDINGS
-            if (angle_overflows(base, p, c / 2, dim)) { /* finding 1 */
+            if (angle_overflows(base, p, c / 2, dim)) { /* finding 1b */
                 fz_tolerated[1]++;
                 continue;
             }
