@@ -283,38 +283,7 @@ static void test_narrow_sweep(void **state)
             check_narrow_one(&formats[k], float_of((uint32_t)u));
 }
 
-/* ---- kernel sets -------------------------------------------------------- */
-
-typedef struct kernel_set {
-    const char *name;
-    int id; /* SDPA_KERNEL_* */
-    const sdpa_row_kernels_f32 *f32;
-    const sdpa_row_kernels_f64 *f64;
-} kernel_set;
-
-static const kernel_set kernel_sets[] = {
-    {"portable", SDPA_KERNEL_PORTABLE, &sdpa_rows_portable_f32,
-     &sdpa_rows_portable_f64},
-#if defined(__x86_64__) || defined(__i386__)
-    {"avx2", SDPA_KERNEL_AVX2, &sdpa_rows_avx2_f32, &sdpa_rows_avx2_f64},
-    {"avx512", SDPA_KERNEL_AVX512, &sdpa_rows_avx512_f32,
-     &sdpa_rows_avx512_f64},
-#endif
-};
-enum { KERNEL_SETS = sizeof kernel_sets / sizeof kernel_sets[0] };
-
-/* Is set k runnable here? Says so once when it is not. */
-static bool runnable(int k)
-{
-    static bool told[KERNEL_SETS];
-    if (sdpa_kernel_supported(kernel_sets[k].id))
-        return true;
-    if (!told[k])
-        print_message("kernel set %s: not supported by this CPU, not tested\n",
-                      kernel_sets[k].name);
-    told[k] = true;
-    return false;
-}
+#include "kernel_sets.h"
 
 /* Floats that narrowing must get right: every half of both formats (as
  * float), the midpoints and their neighbours, specials, random patterns. */
