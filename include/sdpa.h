@@ -472,7 +472,7 @@ SDPA_API int sdpa_alibi_slopes(int64_t heads, double max_bias, double *slopes);
  * defines it: for t = 0..tokens-1 at position pos = offset + t, row t holds
  * dim values, table[t·dim + 2r] = sin(pos / base^(2r/dim)) and
  * table[t·dim + 2r + 1] = cos(pos / base^(2r/dim)) (an odd dim ends with a
- * sin). base 0 = 10000, else finite and >= DBL_MIN (SDPA_ERR_BAD_SCALE).
+ * sin). base 0 = 10000, else finite and >= 1 (SDPA_ERR_BAD_SCALE).
  * dtype SDPA_FLOAT32 or SDPA_FLOAT64; the table is
  * computed in double, then rounded. Add it to the token embeddings
  * (X~_t = X_t + p_t): attention alone is permutation-equivariant. */
@@ -486,8 +486,9 @@ SDPA_API int sdpa_sinusoidal_table(int dtype, int64_t tokens, int64_t dim,
  * positions). Each pair (a, b) becomes (a·cos θ − b·sin θ, a·sin θ +
  * b·cos θ); the pairs are (r, r + rotary_dim/2) in the half-split style of
  * GPT-NeoX and Llama (SDPA_ROPE_HALF), (2r, 2r + 1) in the interleaved
- * style of GPT-J (SDPA_ROPE_INTERLEAVED). base 0 = 10000; rotary_dim 0 =
- * D, else even and at most D (the rest is left as is). Strides of x: non-
+ * style of GPT-J (SDPA_ROPE_INTERLEAVED). base 0 = 10000, else finite
+ * and >= 1 (SDPA_ERR_BAD_SCALE): every angle is then at most |pos|; rotary_dim
+ * 0 = D, else even and at most D (the rest is left as is). Strides of x: non-
  * negative, innermost 1, no element reached twice. Angles are computed in
  * double. */
 enum { SDPA_ROPE_HALF = 1, SDPA_ROPE_INTERLEAVED = 2 };
@@ -535,7 +536,7 @@ typedef struct sdpa_mha_args {
     int64_t heads_kv;   /* Hkv; 0 = Hq */
     int64_t dim_k;      /* dk; 0 = d_model / Hq */
     int64_t dim_v;      /* dv; 0 = dk */
-    double pos_base;    /* sinusoidal / RoPE base; 0 = 10000 */
+    double pos_base;    /* sinusoidal / RoPE base; 0 = 10000, else >= 1 */
     int64_t pos_offset; /* position of token 0 (continued sequences) */
     const int64_t *pos_q, *pos_kv; /* token positions (RoPE, sinusoidal):
                                       N·Tq / N·Tk values, or NULL:

@@ -413,7 +413,7 @@ const char *sdpa_kernel_name(int kernel);
 int sdpa_kernel_from_environment(int *kernel);
 
 /* A sinusoidal / RoPE base the positions accept (positions.c): 0 (the
- * default 10000), or finite and at least DBL_MIN. */
+ * default 10000), or finite and at least 1. */
 bool sdpa_position_base_ok(double base);
 
 /* Checked size arithmetic: false on overflow. */

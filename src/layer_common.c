@@ -219,8 +219,8 @@ int sdpa_layer_check_pos_values(sdpa_ctx *ctx, const char *who,
     if (!sdpa_position_base_ok(a->pos_base))
         return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
                          "%spos_base %g must be 0 (selects 10000) or finite "
-                         "and at least DBL_MIN (%g)",
-                         who, a->pos_base, DBL_MIN);
+                         "and at least 1",
+                         who, a->pos_base);
     return SDPA_OK;
 }
 

@@ -46,15 +46,15 @@ static int check_dtype(int dtype)
     return dtype == SDPA_FLOAT32 || dtype == SDPA_FLOAT64;
 }
 
-/* base 0 = 10000; otherwise finite and positive (SDPA_ERR_BAD_SCALE). */
-/* 0 (the default, 10000) or a finite base of at least DBL_MIN: the
- * frequencies base^(-2r/d) have exponents in (-1, 0], so for base >=
- * DBL_MIN they stay below 1/DBL_MIN, finite; a subnormal base would
- * overflow them to inf and turn the angles into NaN (found by the
- * fuzzer). */
+/* 0 (the default, 10000) or a finite base of at least 1: the frequencies
+ * base^(-2r/d) are then at most 1, so every angle p f_r is at most |p| <=
+ * 2^63 and finite. A smaller base has frequencies above 1 (up to
+ * 1/base), and a large position overflowed the angle to inf and the
+ * rotated values to NaN; a subnormal base overflowed the frequencies
+ * themselves (both found by the fuzzer). No model uses such a base. */
 bool sdpa_position_base_ok(double base)
 {
-    return isfinite(base) && (base == 0 || base >= DBL_MIN);
+    return isfinite(base) && (base == 0 || base >= 1);
 }
 
 /* f_r = base^(-2r/d) for r = r0 .. r0 + n - 1. */

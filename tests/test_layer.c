@@ -710,6 +710,7 @@ static void test_errors(void **state)
            (a.x_kv.data = NULL, a.pos_kv = (const int64_t *)&c.n));
     EXPECT(SDPA_ERR_BAD_SCALE, a.pos_base = -1);
     EXPECT(SDPA_ERR_BAD_SCALE, a.pos_base = NAN);
+    EXPECT(SDPA_ERR_BAD_SCALE, a.pos_base = 0.5); /* below 1 */
     EXPECT(SDPA_ERR_OVERFLOW,
            (a.pos_q = NULL, a.pos_kv = NULL, a.pos_offset = INT64_MAX));
     /* attn: the tensors the layer makes, and its own struct rules */

@@ -453,19 +453,30 @@ static void test_errors(void **state)
     assert_int_equal(
         sdpa_sinusoidal_table(SDPA_FLOAT64, 2, 4, 0, INFINITY, buf),
         SDPA_ERR_BAD_SCALE);
-    /* a subnormal base would overflow the frequencies to inf and the
-     * angles to NaN (a fuzzer finding); DBL_MIN is the smallest accepted,
-     * and its table is finite: sin 0 = 0, cos 0 = 1 at position 0 */
-    assert_int_equal(sdpa_sinusoidal_table(SDPA_FLOAT64, 2, 4, 0, 5e-324, buf),
-                     SDPA_ERR_BAD_SCALE);
-    double tiny_base[8];
-    assert_int_equal(
-        sdpa_sinusoidal_table(SDPA_FLOAT64, 2, 4, 0, DBL_MIN, tiny_base),
-        SDPA_OK);
-    for (int c = 0; c < 4; c++)
-        assert_true(tiny_base[c] == (c % 2 ? 1.0 : 0.0));
-    for (int c = 4; c < 8; c++)
-        assert_true(isfinite(tiny_base[c]));
+    /* A base below 1 has frequencies above 1: a subnormal one overflowed
+     * them to inf, a tiny normal one (1e-300, d 64) overflowed the angle
+     * of a position near 2^62 to inf, and both gave NaN with SDPA_OK
+     * (fuzzer findings). 1 is the smallest base accepted. */
+    const double small_bases[] = {5e-324, DBL_MIN, 1e-300, 0.5,
+                                  nextafter(1.0, 0.0)};
+    for (size_t i = 0; i < sizeof small_bases / sizeof small_bases[0]; i++)
+        assert_int_equal(sdpa_sinusoidal_table(SDPA_FLOAT64, 2, 4,
+                                               INT64_C(1) << 62, small_bases[i],
+                                               buf),
+                         SDPA_ERR_BAD_SCALE);
+    /* base 1: every frequency is 1, and the largest positions stay
+     * finite: sin and cos of the position itself */
+    double base_one[2 * 64];
+    assert_int_equal(sdpa_sinusoidal_table(SDPA_FLOAT64, 2, 64, INT64_MAX - 1,
+                                           1.0, base_one),
+                     SDPA_OK);
+    for (int t = 0; t < 2; t++)
+        for (int c = 0; c < 64; c++) {
+            long double pos = (long double)(INT64_MAX - 1 + (int64_t)t);
+            long double ref = c % 2 ? cosl((double)pos) : sinl((double)pos);
+            assert_true(fabsl((long double)base_one[t * 64 + c] - ref) <=
+                        0x1p-52L);
+        }
     assert_int_equal(
         sdpa_sinusoidal_table(SDPA_FLOAT64, INT64_MAX / 2, 4, 0, 0, buf),
         SDPA_ERR_OVERFLOW);
@@ -511,6 +522,33 @@ static void test_errors(void **state)
                      SDPA_ERR_BAD_SCALE);
     assert_int_equal(sdpa_rope_apply(SDPA_FLOAT64, x, pos, R, 5e-324, 0),
                      SDPA_ERR_BAD_SCALE);
+    {
+        /* the fuzzer's case: base 1e-300, d 64, a position near 2^62 made
+         * the angle inf and the row NaN with SDPA_OK; any base below 1 is
+         * refused and the row left as it was */
+        double row[64], was[64];
+        for (int c = 0; c < 64; c++)
+            row[c] = was[c] = 1.0 + c;
+        sdpa_tensor x64 = sdpa_tensor_bhtd(row, 1, 1, 1, 64);
+        const int64_t far = INT64_C(1) << 62;
+        const double below_one[] = {1e-300, DBL_MIN, 0.5, nextafter(1.0, 0.0)};
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(
+                sdpa_rope_apply(SDPA_FLOAT64, x64, &far, R, below_one[i], 0),
+                SDPA_ERR_BAD_SCALE);
+            assert_memory_equal(row, was, sizeof row);
+        }
+        /* base 1 rotates every pair by the position itself: finite, and
+         * each pair keeps its norm */
+        assert_int_equal(sdpa_rope_apply(SDPA_FLOAT64, x64, &far, R, 1.0, 0),
+                         SDPA_OK);
+        for (int r = 0; r < 32; r++) {
+            long double n0 = hypotl(was[r], was[r + 32]);
+            long double n1 = hypotl(row[r], row[r + 32]);
+            assert_true(isfinite(row[r]) && isfinite(row[r + 32]));
+            assert_true(fabsl(n1 - n0) <= 0x1p-50L * n0);
+        }
+    }
     bad = x;
     bad.stride[1] = -16;
     assert_int_equal(sdpa_rope_apply(SDPA_FLOAT64, bad, pos, R, 0, 0),

@@ -207,12 +207,12 @@ void fz_layer_decode(fz_layer_call *c, int backward)
                a->positions == SDPA_POS_ROPE_INTERLEAVED;
     int none = a->positions == SDPA_POS_NONE;
     /* base and offset: set only with a positional encoding (else
-     * BAD_OPTION_VALUE); bases far below 1 meet finding 1 (fuzz_positions) */
+     * BAD_OPTION_VALUE); a base below 1 is BAD_SCALE (finding 1) */
     unsigned bv = fz(L_POS_BASE) % 8;
     static const double bases[4] = {10000, 500, 2, 1e6};
     a->pos_base = bv < 4 ? 0 : bv < 7 ? bases[bv - 4] : 0;
-    if (bv == 7) { /* (a subnormal base: finding 1a, refused since) */
-        static const double bad[4] = {NAN, -1, INFINITY, 1e-310};
+    if (bv == 7) { /* bases below 1: finding 1, refused since */
+        static const double bad[4] = {NAN, 0.5, INFINITY, 1e-310};
         a->pos_base = bad[(fz(L_POS_BASE) >> 3) % 4];
         c->errs |= FZ_BIT(SDPA_ERR_BAD_SCALE);
     }
