@@ -16,6 +16,23 @@ static void NAME(gather_queries)(const sdpa_problem *p,
                       p->q_type, dst + r * p->dim_k, p->dim_k);
 }
 
+/* The streaming kernels' prefetch hint: keys [j, j + n) of the block's
+ * batch item and KV head in the K or V view, rows of `dim` elements, as
+ * far as they lie in one page (the rest is not named). */
+static sdpa_row_prefetch NAME(kv_prefetch)(const sdpa_problem *p,
+                                           const sdpa_view *view,
+                                           const sdpa_row_block *blk, int64_t j,
+                                           int64_t n, int64_t dim)
+{
+    const int64_t es = (int64_t)sdpa_dtype_size(p->kv_type);
+    sdpa_row_prefetch pf = {NULL, view->stride[2] * es, 0, dim * es};
+    if (n > 0) {
+        pf.base = sdpa_kv_row(p, view, blk->batch, blk->head_kv, j);
+        pf.rows = sdpa_kv_span(p, j, n);
+    }
+    return pf;
+}
+
 /* S[:, j0:j1) = scale · Q Kᵀ over keys kb + [j0, j1) of the block, for
  * m_rows stacked rows: the own streaming kernel, or the BLAS on K rows
  * where they are or staged into kt. */
@@ -31,10 +48,13 @@ static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
     if (plan->fused) {
         for (int64_t j = j0; j < j1;) {
             int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
+            /* V of the same keys, read next (same pages, same spans) */
+            const sdpa_row_prefetch next =
+                NAME(kv_prefetch)(p, &p->v, blk, kb + j, span, p->dim_v);
             rk->dot_rows(
                 q, q_ld, m_rows,
                 sdpa_kv_row(p, &p->k, blk->batch, blk->head_kv, kb + j), k_ld,
-                p->kv_type, span, dk, (T)p->scale, s_rows + j, ld);
+                p->kv_type, span, dk, (T)p->scale, s_rows + j, ld, &next);
             j += span;
         }
         return;
@@ -58,17 +78,23 @@ static void NAME(block_values)(const sdpa_problem *p, const sdpa_plan *plan,
                                const NAME(sdpa_row_kernels) * rk,
                                const sdpa_row_block *blk, int64_t m_rows,
                                int64_t kb, int64_t j0, int64_t j1,
-                               const T *s_rows, int64_t ld, T *acc_rows, T *vt)
+                               int64_t key_end, const T *s_rows, int64_t ld,
+                               T *acc_rows, T *vt)
 {
     const int64_t dv = p->dim_v;
     int64_t v_ld = sdpa_row_stride(&p->v, dv);
     if (plan->fused) {
         for (int64_t j = j0; j < j1;) {
             int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
+            /* K of the next block's keys, read next (up to key_end) */
+            int64_t kn = kb + plan->block_k + j;
+            int64_t ahead = kn < key_end ? key_end - kn : 0;
+            const sdpa_row_prefetch next = NAME(kv_prefetch)(
+                p, &p->k, blk, kn, span < ahead ? span : ahead, p->dim_k);
             rk->acc_rows(
                 s_rows + j, ld, m_rows,
                 sdpa_kv_row(p, &p->v, blk->batch, blk->head_kv, kb + j), v_ld,
-                p->kv_type, span, dv, acc_rows, dv);
+                p->kv_type, span, dv, acc_rows, dv, &next);
             j += span;
         }
         return;
@@ -249,7 +275,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         for (int64_t j0 = 0, j1 = 0;
              sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1)
             NAME(block_values)
-        (p, plan, rk, blk, m_rows, kb, j0, j1, s_rows, ld, acc_rows, vt);
+        (p, plan, rk, blk, m_rows, kb, j0, j1, key_end, s_rows, ld, acc_rows,
+         vt);
     }
     return SDPA_OK;
 }

@@ -67,10 +67,11 @@ static const T *NAME(portable_row_chunk)(const void *base, int64_t ld, int type,
 static void NAME(portable_dot_rows)(const T *q, int64_t ld_q, int64_t rows,
                                     const void *k, int64_t ld_k, int type,
                                     int64_t n, int64_t dim, T c, T *s,
-                                    int64_t ld_s)
+                                    int64_t ld_s, const sdpa_row_prefetch *pf)
 {
     T buf[SDPA_PORTABLE_CHUNK];
     for (int64_t j = 0; j < n; j++) {
+        sdpa_prefetch_row(pf, j);
         for (int64_t r = 0; r < rows; r++)
             s[r * ld_s + j] = 0;
         for (int64_t d0 = 0; d0 < dim; d0 += SDPA_PORTABLE_CHUNK) {
@@ -90,10 +91,11 @@ static void NAME(portable_dot_rows)(const T *q, int64_t ld_q, int64_t rows,
 static void NAME(portable_acc_rows)(const T *p, int64_t ld_p, int64_t rows,
                                     const void *v, int64_t ld_v, int type,
                                     int64_t n, int64_t dim, T *acc,
-                                    int64_t ld_a)
+                                    int64_t ld_a, const sdpa_row_prefetch *pf)
 {
     T buf[SDPA_PORTABLE_CHUNK];
-    for (int64_t j = 0; j < n; j++)
+    for (int64_t j = 0; j < n; j++) {
+        sdpa_prefetch_row(pf, j);
         for (int64_t d0 = 0; d0 < dim; d0 += SDPA_PORTABLE_CHUNK) {
             int64_t len =
                 dim - d0 < SDPA_PORTABLE_CHUNK ? dim - d0 : SDPA_PORTABLE_CHUNK;
@@ -106,6 +108,7 @@ static void NAME(portable_acc_rows)(const T *p, int64_t ld_p, int64_t rows,
                     a[d] += pr * vr[d];
             }
         }
+    }
 }
 
 static void NAME(portable_widen)(const void *src, int type, T *dst, int64_t n)

@@ -186,6 +186,9 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
  * the rows PREFETCH_KEYS ahead (in the first pass of dot_rows, spread over
  * all passes of acc_rows), which was worth 10 points there and cost as
  * much for one row.
+ * The caller's hint (rows.h, sdpa_row_prefetch: the rows it reads next)
+ * is prefetched one row per key by the pass that reads from memory, for
+ * any number of rows.
  * The blocks take R, the key and vector counts and the type as constants
  * (they are inlined where they are used with constants), so that
  * compilers unroll them and keep their accumulators in registers. The
@@ -282,7 +285,8 @@ STREAM_INLINE void DOT_STORE(const VT *acc, const int R, const int G, T c, T *s,
  * PREFETCH_KEYS ahead are prefetched as it goes. */
 STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
                             int64_t kst, int64_t dim, T c, T *s, int64_t ld_s,
-                            int64_t pf_n, const int type, const int R,
+                            int64_t pf_n, const sdpa_row_prefetch *hint,
+                            int64_t hj, const int type, const int R,
                             const int G)
 {
     const int64_t es = (int64_t)NAME(elem_size)(type);
@@ -293,6 +297,8 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
         if (g0 + PREFETCH_KEYS < pf_n)
             PREFETCH_ROWS(kp, kst, g0 + PREFETCH_KEYS,
                           MIN_INT(g0 + PREFETCH_KEYS + KA, pf_n), 0, dim * es);
+        for (int g = 0; hint && g < KA; g++)
+            sdpa_prefetch_row(hint, hj + g0 + g);
         VT a[ACC_VECS], kv[ACC_VECS];
         for (int f = 0; f < R * KA; f++)
             a[f] = VZERO();
@@ -329,70 +335,76 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
  * memory, prefetches when there are several rows. */
 STREAM_INLINE void DOT_GROUP(const T *q, int64_t ld_q, int64_t rows,
                              const char *kp, int64_t kst, int64_t dim, T c,
-                             T *s, int64_t ld_s, int64_t pf_n, const int type,
-                             const int KG)
+                             T *s, int64_t ld_s, int64_t pf_n,
+                             const sdpa_row_prefetch *hint, int64_t hj,
+                             const int type, const int KG)
 {
     if (rows == 1)
         pf_n = 0;
     int64_t r = 0;
-    for (; r + 4 <= rows; r += 4, pf_n = 0)
+    for (; r + 4 <= rows; r += 4, pf_n = 0, hint = NULL)
         DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
-                 type, 4, KG);
+                 hint, hj, type, 4, KG);
     if (r + 2 <= rows) {
         DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
-                 type, 2, KG);
-        r += 2, pf_n = 0;
+                 hint, hj, type, 2, KG);
+        r += 2, pf_n = 0, hint = NULL;
     }
     if (r < rows)
         DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
-                 type, 1, KG);
+                 hint, hj, type, 1, KG);
 }
 
 /* Groups of ACC_VECS keys, then of 4, then single keys. */
 STREAM_INLINE void DOT_TYPED(const T *q, int64_t ld_q, int64_t rows,
                              const void *k, int64_t ld_k, const int type,
-                             int64_t n, int64_t dim, T c, T *s, int64_t ld_s)
+                             int64_t n, int64_t dim, T c, T *s, int64_t ld_s,
+                             const sdpa_row_prefetch *hint)
 {
     const int64_t kst = ld_k * (int64_t)NAME(elem_size)(type);
     const char *kp = k;
     int64_t j = 0;
     for (; j + ACC_VECS <= n; j += ACC_VECS)
         DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
-                  type, ACC_VECS);
+                  hint, j, type, ACC_VECS);
     if (j + 4 <= n) {
         DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
-                  type, 4);
+                  hint, j, type, 4);
         j += 4;
     }
     for (; j < n; j++)
         DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
-                  type, 1);
+                  hint, j, type, 1);
 }
 
 static void KERNEL_NAME(dot_rows)(const T *q, int64_t ld_q, int64_t rows,
                                   const void *k, int64_t ld_k, int type,
                                   int64_t n, int64_t dim, T c, T *s,
-                                  int64_t ld_s)
+                                  int64_t ld_s, const sdpa_row_prefetch *pf)
 {
 #ifdef VLOAD_F16
     if (type == SDPA_FLOAT16) {
-        DOT_TYPED(q, ld_q, rows, k, ld_k, SDPA_FLOAT16, n, dim, c, s, ld_s);
+        DOT_TYPED(q, ld_q, rows, k, ld_k, SDPA_FLOAT16, n, dim, c, s, ld_s, pf);
         return;
     }
     if (type == SDPA_BFLOAT16) {
-        DOT_TYPED(q, ld_q, rows, k, ld_k, SDPA_BFLOAT16, n, dim, c, s, ld_s);
+        DOT_TYPED(q, ld_q, rows, k, ld_k, SDPA_BFLOAT16, n, dim, c, s, ld_s,
+                  pf);
         return;
     }
 #endif
     (void)type;
-    DOT_TYPED(q, ld_q, rows, k, ld_k, OWN_TYPE, n, dim, c, s, ld_s);
+    DOT_TYPED(q, ld_q, rows, k, ld_k, OWN_TYPE, n, dim, c, s, ld_s, pf);
 }
 
 /* Where ACC_BLOCK prefetches: from row `base` (the sub-block's first),
- * rows up to n of the block, bytes [lo, hi) of each; base NULL: nowhere. */
+ * rows up to n of the block, bytes [lo, hi) of each; base NULL: nowhere.
+ * And the caller's hint, from its row hj on (NULL: none). */
 typedef struct NAME(acc_prefetch) {
     const char *base;
     int64_t n, lo, hi;
+    const sdpa_row_prefetch *hint;
+    int64_t hj;
 } NAME(acc_prefetch);
 
 /* acc[i·ld_a + l] += Σ_{j<n} p[i·ld_p + j] · V_j[l] for R rows i and the
@@ -415,6 +427,7 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
         if (pf.base && j + PREFETCH_KEYS < pf.n)
             PREFETCH_ROWS(pf.base, vst, j + PREFETCH_KEYS,
                           j + PREFETCH_KEYS + 1, pf.lo, pf.hi);
+        sdpa_prefetch_row(pf.hint, pf.hj + j);
         VT vv[ACC_VECS];
         for (int v = 0; v < S; v++)
             vv[v] = part ? LOAD_PART(vj, type, count)
@@ -446,23 +459,23 @@ STREAM_INLINE void ACC_ROW_BLOCK(const T *p, int64_t ld_p, const char *vp,
     const int64_t es = (int64_t)NAME(elem_size)(type);
     const int most = MIN_INT(ACC_VECS / R, ACC_SLICE);
     int64_t d = 0;
-    for (; d + most * W <= dim; d += most * W, pf.base = NULL)
+    for (; d + most * W <= dim; d += most * W, pf.base = NULL, pf.hint = NULL)
         ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R,
                   most, false, W);
     if (most > 4 && d + 4 * W <= dim) {
         ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 4,
                   false, W);
-        d += 4 * W, pf.base = NULL;
+        d += 4 * W, pf.base = NULL, pf.hint = NULL;
     }
     if (most > 2 && d + 2 * W <= dim) {
         ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 2,
                   false, W);
-        d += 2 * W, pf.base = NULL;
+        d += 2 * W, pf.base = NULL, pf.hint = NULL;
     }
     if (most > 1 && d + W <= dim) {
         ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 1,
                   false, W);
-        d += W, pf.base = NULL;
+        d += W, pf.base = NULL, pf.hint = NULL;
     }
     if (d < dim)
         ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 1,
@@ -480,7 +493,8 @@ STREAM_INLINE void ACC_ROW_BLOCK(const T *p, int64_t ld_p, const char *vp,
  * order (sequential in j) is the same as without sub-blocks. */
 STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
                              const void *v, int64_t ld_v, const int type,
-                             int64_t n, int64_t dim, T *acc, int64_t ld_a)
+                             int64_t n, int64_t dim, T *acc, int64_t ld_a,
+                             const sdpa_row_prefetch *hint)
 {
     const int64_t es = (int64_t)NAME(elem_size)(type), vst = ld_v * es;
     const int64_t row_bytes = dim * es > 0 ? dim * es : 1;
@@ -496,7 +510,9 @@ STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
     for (int64_t j0 = 0; j0 < n; j0 += sub) {
         const int64_t nb = MIN_INT(sub, n - j0);
         const char *vp = (const char *)v + j0 * vst;
-        NAME(acc_prefetch) pf = {several ? vp : NULL, n - j0, 0, 0};
+        /* the first row block's first pass prefetches (pf.hint is
+         * cleared after it) */
+        NAME(acc_prefetch) pf = {several ? vp : NULL, n - j0, 0, 0, hint, j0};
         int64_t r = 0, b = 0;
         /* block b prefetches the lines [b, b + 1)·row_bytes / blocks */
 #define SHARE(b) ((b) == blocks ? row_bytes : (b)*row_bytes / blocks / 64 * 64)
@@ -504,16 +520,19 @@ STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
             pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
             ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
                           acc + r * ld_a, ld_a, pf, type, 4);
+            pf.hint = NULL;
         }
         for (; r + 2 <= rows && rmax >= 2; r += 2, b++) {
             pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
             ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
                           acc + r * ld_a, ld_a, pf, type, 2);
+            pf.hint = NULL;
         }
         for (; r < rows; r++, b++) {
             pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
             ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
                           acc + r * ld_a, ld_a, pf, type, 1);
+            pf.hint = NULL;
         }
 #undef SHARE
     }
@@ -521,20 +540,21 @@ STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
 
 static void KERNEL_NAME(acc_rows)(const T *p, int64_t ld_p, int64_t rows,
                                   const void *v, int64_t ld_v, int type,
-                                  int64_t n, int64_t dim, T *acc, int64_t ld_a)
+                                  int64_t n, int64_t dim, T *acc, int64_t ld_a,
+                                  const sdpa_row_prefetch *pf)
 {
 #ifdef VLOAD_F16
     if (type == SDPA_FLOAT16) {
-        ACC_TYPED(p, ld_p, rows, v, ld_v, SDPA_FLOAT16, n, dim, acc, ld_a);
+        ACC_TYPED(p, ld_p, rows, v, ld_v, SDPA_FLOAT16, n, dim, acc, ld_a, pf);
         return;
     }
     if (type == SDPA_BFLOAT16) {
-        ACC_TYPED(p, ld_p, rows, v, ld_v, SDPA_BFLOAT16, n, dim, acc, ld_a);
+        ACC_TYPED(p, ld_p, rows, v, ld_v, SDPA_BFLOAT16, n, dim, acc, ld_a, pf);
         return;
     }
 #endif
     (void)type;
-    ACC_TYPED(p, ld_p, rows, v, ld_v, OWN_TYPE, n, dim, acc, ld_a);
+    ACC_TYPED(p, ld_p, rows, v, ld_v, OWN_TYPE, n, dim, acc, ld_a, pf);
 }
 
 /* Widening and narrowing: W at a time, the tail (and T's own type, a

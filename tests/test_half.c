@@ -497,27 +497,29 @@ typedef struct stream_ops {
     double eps;
     void (*dot)(const void *set, const void *q, int64_t ld_q, int64_t rows,
                 const void *k, int64_t ld_k, int type, int64_t n, int64_t dim,
-                double c, void *s, int64_t ld_s);
+                double c, void *s, int64_t ld_s, const sdpa_row_prefetch *pf);
     void (*acc)(const void *set, const void *p, int64_t ld_p, int64_t rows,
                 const void *v, int64_t ld_v, int type, int64_t n, int64_t dim,
-                void *acc, int64_t ld_a);
+                void *acc, int64_t ld_a, const sdpa_row_prefetch *pf);
 } stream_ops;
 
 #define DEFINE_OPS(SUF, T, EPS)                                                \
     static void dot_##SUF(const void *set, const void *q, int64_t ld_q,        \
                           int64_t rows, const void *k, int64_t ld_k, int type, \
                           int64_t n, int64_t dim, double c, void *s,           \
-                          int64_t ld_s)                                        \
+                          int64_t ld_s, const sdpa_row_prefetch *pf)           \
     {                                                                          \
         ((const sdpa_row_kernels_##SUF *)set)                                  \
-            ->dot_rows(q, ld_q, rows, k, ld_k, type, n, dim, (T)c, s, ld_s);   \
+            ->dot_rows(q, ld_q, rows, k, ld_k, type, n, dim, (T)c, s, ld_s,    \
+                       pf);                                                    \
     }                                                                          \
     static void acc_##SUF(const void *set, const void *p, int64_t ld_p,        \
                           int64_t rows, const void *v, int64_t ld_v, int type, \
-                          int64_t n, int64_t dim, void *acc, int64_t ld_a)     \
+                          int64_t n, int64_t dim, void *acc, int64_t ld_a,     \
+                          const sdpa_row_prefetch *pf)                         \
     {                                                                          \
         ((const sdpa_row_kernels_##SUF *)set)                                  \
-            ->acc_rows(p, ld_p, rows, v, ld_v, type, n, dim, acc, ld_a);       \
+            ->acc_rows(p, ld_p, rows, v, ld_v, type, n, dim, acc, ld_a, pf);   \
     }                                                                          \
     static const stream_ops ops_##SUF = {sizeof(T), EPS, dot_##SUF, acc_##SUF};
 DEFINE_OPS(f32, float, FLT_EPSILON)
@@ -618,7 +620,7 @@ static void dot_cases(const stream_ops *o, int type)
                     for (int64_t i = 0; i < MAX_ROWS * ld_s; i++)
                         t_set(o, s, i, GUARD), t_set(o, s2, i, GUARD);
                     o->dot(set, q, ld_q, rows, kt.data, ld_k, type, n, dim, c,
-                           s, ld_s);
+                           s, ld_s, NULL);
                     check_untouched(o, s, ld_s, rows, n);
                     for (int row = 0; row < rows; row++)
                         for (int64_t j = 0; j < n; j++) {
@@ -642,11 +644,16 @@ static void dot_cases(const stream_ops *o, int type)
                     /* the same bits from the copies at other alignments,
                      * and again from the first pointers */
                     o->dot(set, q2, ld_q, rows, k2, ld_k, type, n, dim, c, s2,
-                           ld_s);
+                           ld_s, NULL);
                     assert_memory_equal(s, s2,
                                         (size_t)(MAX_ROWS * ld_s) * o->size);
+                    /* a prefetch hint (other rows, more of them than n)
+                     * changes no bit */
+                    const sdpa_row_prefetch hint = {(const char *)k2,
+                                                    ld_k * (int64_t)es, MAX_N,
+                                                    dim * (int64_t)es};
                     o->dot(set, q, ld_q, rows, kt.data, ld_k, type, n, dim, c,
-                           s2, ld_s);
+                           s2, ld_s, &hint);
                     assert_memory_equal(s, s2,
                                         (size_t)(MAX_ROWS * ld_s) * o->size);
                 }
@@ -706,7 +713,7 @@ static void acc_cases(const stream_ops *o, int type)
                         t_set(o, acc, i, GUARD);
                     memcpy(acc2, acc, (size_t)(MAX_ROWS * ld_a) * o->size);
                     o->acc(set, p, ld_p, rows, vt.data, ld_v, type, n, dim, acc,
-                           ld_a);
+                           ld_a, NULL);
                     check_untouched(o, acc, ld_a, rows, dim);
                     for (int row = 0; row < rows; row++)
                         for (int64_t d = 0; d < dim; d++) {
@@ -730,12 +737,16 @@ static void acc_cases(const stream_ops *o, int type)
                     unsigned char *a2 =
                         shifted_copy(acc2, MAX_ROWS * ld_a, o->size);
                     o->acc(set, p2, ld_p, rows, v2, ld_v, type, n, dim, a2,
-                           ld_a);
+                           ld_a, NULL);
                     assert_memory_equal(acc, a2,
                                         (size_t)(MAX_ROWS * ld_a) * o->size);
                     free(a2 - o->size);
+                    /* a prefetch hint changes no bit */
+                    const sdpa_row_prefetch hint = {(const char *)v2,
+                                                    ld_v * (int64_t)es, MAX_N,
+                                                    dim * (int64_t)es};
                     o->acc(set, p, ld_p, rows, vt.data, ld_v, type, n, dim,
-                           acc2, ld_a);
+                           acc2, ld_a, &hint);
                     assert_memory_equal(acc, acc2,
                                         (size_t)(MAX_ROWS * ld_a) * o->size);
                 }
@@ -794,7 +805,7 @@ static void nonfinite_case(const stream_ops *o, int k, int type)
             for (int j = 0; j < N; j++) /* row 1 gives the bad keys weight 0 */
                 t_set(o, s, row * N + j,
                       row == 1 && (j == 0 || j == 17 || j == 36) ? 0.0 : 0.5);
-        o->acc(set, s, N, ROWS, kv.data, DIM, type, N, DIM, acc, DIM);
+        o->acc(set, s, N, ROWS, kv.data, DIM, type, N, DIM, acc, DIM, NULL);
         for (int row = 0; row < ROWS; row++)
             for (int d = 0; d < DIM; d++) {
                 long double got = t_get(o, acc, row * DIM + d);
@@ -806,7 +817,7 @@ static void nonfinite_case(const stream_ops *o, int k, int type)
                 else
                     assert_true(got == INFINITY);
             }
-        o->dot(set, q, DIM, ROWS, kv.data, DIM, type, N, DIM, 2.0, s, N);
+        o->dot(set, q, DIM, ROWS, kv.data, DIM, type, N, DIM, 2.0, s, N, NULL);
         for (int row = 0; row < ROWS; row++)
             for (int j = 0; j < N; j++) {
                 long double got = t_get(o, s, row * N + j);
