@@ -25,7 +25,7 @@ static sdpa_row_prefetch NAME(kv_prefetch)(const sdpa_problem *p,
                                            int64_t n, int64_t dim)
 {
     const int64_t es = (int64_t)sdpa_dtype_size(p->kv_type);
-    sdpa_row_prefetch pf = {NULL, view->stride[2] * es, 0, dim * es};
+    sdpa_row_prefetch pf = {NULL, view->stride[2] * es, 0, dim * es, NULL};
     if (n > 0) {
         pf.base = sdpa_kv_row(p, view, blk->batch, blk->head_kv, j);
         pf.rows = sdpa_kv_span(p, j, n);
@@ -35,22 +35,29 @@ static sdpa_row_prefetch NAME(kv_prefetch)(const sdpa_problem *p,
 
 /* S[:, j0:j1) = scale · Q Kᵀ over keys kb + [j0, j1) of the block, for
  * m_rows stacked rows: the own streaming kernel, or the BLAS on K rows
- * where they are or staged into kt. */
+ * where they are or staged into kt. `first`: the first block of the
+ * work item. */
 static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
                                const NAME(sdpa_row_kernels) * rk,
                                const sdpa_row_block *blk, const T *q,
                                int64_t q_ld, int64_t m_rows, int64_t kb,
-                               int64_t j0, int64_t j1, T *s_rows, int64_t ld,
-                               T *kt)
+                               int64_t j0, int64_t j1, bool first, T *s_rows,
+                               int64_t ld, T *kt)
 {
     const int64_t dk = p->dim_k;
     int64_t k_ld = sdpa_row_stride(&p->k, dk);
     if (plan->fused) {
         for (int64_t j = j0; j < j1;) {
             int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
-            /* V of the same keys, read next (same pages, same spans) */
-            const sdpa_row_prefetch next =
+            /* V of the same keys, read next (same pages, same spans); in
+             * the first block, whose K no V pass before it prefetched,
+             * also K's next span */
+            sdpa_row_prefetch next =
                 NAME(kv_prefetch)(p, &p->v, blk, kb + j, span, p->dim_v);
+            const sdpa_row_prefetch own = NAME(kv_prefetch)(
+                p, &p->k, blk, kb + j + span, j1 - j - span, dk);
+            if (first)
+                next.also = &own;
             rk->dot_rows(
                 q, q_ld, m_rows,
                 sdpa_kv_row(p, &p->k, blk->batch, blk->head_kv, kb + j), k_ld,
@@ -195,8 +202,8 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         for (int64_t j0 = 0, j1 = 0;
              sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1)
             NAME(block_scores)
-        (p, plan, rk, blk, q + active * q_ld, q_ld, m_rows, kb, j0, j1, s_rows,
-         ld, kt);
+        (p, plan, rk, blk, q + active * q_ld, q_ld, m_rows, kb, j0, j1,
+         kb == key_first, s_rows, ld, kt);
         if (live_count < bk)
             NAME(zero_dead_scores)(s_rows, ld, m_rows, live, bk);
 

@@ -649,9 +649,12 @@ static void dot_cases(const stream_ops *o, int type)
                                         (size_t)(MAX_ROWS * ld_s) * o->size);
                     /* a prefetch hint (other rows, more of them than n)
                      * changes no bit */
+                    const sdpa_row_prefetch q_rows = {
+                        (const char *)q2, ld_q * (int64_t)o->size, MAX_ROWS,
+                        dim * (int64_t)o->size, NULL};
                     const sdpa_row_prefetch hint = {(const char *)k2,
                                                     ld_k * (int64_t)es, MAX_N,
-                                                    dim * (int64_t)es};
+                                                    dim * (int64_t)es, &q_rows};
                     o->dot(set, q, ld_q, rows, kt.data, ld_k, type, n, dim, c,
                            s2, ld_s, &hint);
                     assert_memory_equal(s, s2,
@@ -744,7 +747,7 @@ static void acc_cases(const stream_ops *o, int type)
                     /* a prefetch hint changes no bit */
                     const sdpa_row_prefetch hint = {(const char *)v2,
                                                     ld_v * (int64_t)es, MAX_N,
-                                                    dim * (int64_t)es};
+                                                    dim * (int64_t)es, NULL};
                     o->acc(set, p, ld_p, rows, vt.data, ld_v, type, n, dim,
                            acc2, ld_a, &hint);
                     assert_memory_equal(acc, acc2,
