@@ -108,6 +108,15 @@ typedef struct bench_data {
     int32_t *table;
 } bench_data;
 
+/* The bench's tensors: `bytes` (rounded up to 64), 64-byte aligned and
+ * zeroed (resident); after bench_use_huge_pages(1) (--huge-pages) 2 MiB
+ * aligned and advised onto transparent huge pages (madvise
+ * MADV_HUGEPAGE) before they are touched, as an engine can place its KV
+ * cache. Freed with free(). */
+void bench_use_huge_pages(int on);
+int bench_huge_pages(void);
+void *bench_alloc(size_t bytes);
+
 /* Allocate and fill with normal-ish values from a fixed seed. 0 on success. */
 int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed);
 void bench_data_free(bench_data *d);

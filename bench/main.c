@@ -123,6 +123,7 @@ static void usage(FILE *f)
             "[--block-seconds X]\n"
             "                  [--block-q N] [--block-k N] [--variants "
             "LIST] [--backward]\n"
+            "                  [--huge-pages]\n"
             "  --json            machine-readable output on stdout (progress "
             "stays on stderr)\n"
             "  --only LIST       shapes to run (default: all, in the order "
@@ -170,6 +171,12 @@ static void usage(FILE *f)
             "--block-seconds, --seed,\n"
             "                    --json apply; --block-q/--block-k set the "
             "backward's tiles only\n"
+            "  --huge-pages      the forward table's tensors and page pools "
+            "on transparent huge\n"
+            "                    pages (2 MiB aligned, madvise "
+            "MADV_HUGEPAGE), as an engine can\n"
+            "                    place its KV cache; fewer TLB misses on "
+            "the pages of Ph\n"
             "dRSS is each variant's own peak (VmHWM is reset through "
             "/proc/self/clear_refs);\n"
             "where the kernel refuses that, run '--only L' so the process "
@@ -297,6 +304,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->json = 1;
         } else if (!strcmp(a, "--backward")) {
             o->backward = 1;
+        } else if (!strcmp(a, "--huge-pages")) {
+            bench_use_huge_pages(1);
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 
@@ -54,6 +55,20 @@ void bench_report_header(const bench_env *env)
         printf("Read bandwidth (512 MiB streaming sum, median): %.1f GB/s "
                "with 1 thread, %.1f GB/s with 2\n",
                env->bw[0] / 1e9, env->bw[1] / 1e9);
+    if (bench_huge_pages()) {
+        /* the kernel's THP mode: "never" makes the advice moot */
+        char mode[128] = "unknown";
+        FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+        if (f) {
+            if (!fgets(mode, sizeof mode, f))
+                strcpy(mode, "unknown");
+            mode[strcspn(mode, "\n")] = '\0';
+            fclose(f);
+        }
+        printf("Tensors and page pools on transparent huge pages "
+               "(--huge-pages: madvise MADV_HUGEPAGE; THP %s)\n",
+               mode);
+    }
     printf("Peak memory: %s\n",
            env->peak_reset_ok
                ? "VmHWM reset (clear_refs) before each variant's setup + "

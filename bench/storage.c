@@ -81,7 +81,7 @@ static void *typed_copy(float *x, size_t count, int type, int *failed)
 {
     if (type == 0 || type == SDPA_FLOAT32)
         return NULL;
-    uint16_t *c = malloc(count * sizeof *c);
+    uint16_t *c = bench_alloc(count * sizeof *c);
     if (!c) {
         *failed = 1;
         return NULL;
@@ -104,7 +104,7 @@ static void *page_pool(const void *src, int type, const bench_shape *s,
     size_t es = bench_type_size(type);
     size_t row = (size_t)dim * es;
     size_t page_bytes = (size_t)(s->hkv * s->page) * row;
-    char *pool = malloc((size_t)pages * page_bytes);
+    char *pool = bench_alloc((size_t)pages * page_bytes);
     if (!pool)
         return NULL;
     memset(pool, 0xff, (size_t)pages * page_bytes); /* NaN if read */

@@ -1,7 +1,9 @@
 /* Inputs from a fixed-seed PRNG, output buffers, and the comparison. */
+#define _DEFAULT_SOURCE /* madvise */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "bench.h"
 
@@ -45,12 +47,31 @@ static double normalish(uint64_t *state)
     return (u - 2.0) * 1.7320508075688772; /* sqrt(3): Var(sum) = 4/12 */
 }
 
-static void *alloc_zeroed(size_t bytes)
+static int huge_pages;
+
+void bench_use_huge_pages(int on)
 {
-    size_t rounded = (bytes + 63u) & ~(size_t)63u;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (p)
-        memset(p, 0, rounded ? rounded : 64);
+    huge_pages = on;
+}
+
+int bench_huge_pages(void)
+{
+    return huge_pages;
+}
+
+void *bench_alloc(size_t bytes)
+{
+    const size_t align = huge_pages ? (size_t)2 << 20 : 64;
+    size_t rounded = (bytes + align - 1) & ~(align - 1);
+    rounded = rounded ? rounded : align;
+    void *p = aligned_alloc(align, rounded);
+    if (!p)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    if (huge_pages) /* advice only: a kernel without THP ignores it */
+        (void)madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+    memset(p, 0, rounded);
     return p;
 }
 
@@ -81,7 +102,7 @@ static int init_dense_bias(bench_data *d, const bench_shape *s)
     size_t el = bench_elem_size(s->dtype);
     size_t count = (size_t)s->tq * (size_t)s->tk;
     d->bias_bytes = count * el;
-    d->bias = alloc_zeroed(d->bias_bytes);
+    d->bias = bench_alloc(d->bias_bytes);
     if (!d->bias)
         return -1;
     size_t i = 0;
@@ -111,12 +132,12 @@ int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed)
     size_t nv = (size_t)(s->n * s->hkv * s->tk * s->dv);
     d->out_count = (size_t)(s->n * s->hq * s->tq * s->dv);
 
-    d->q = alloc_zeroed(nq * el);
-    d->k = alloc_zeroed(nk * el);
-    d->v = alloc_zeroed(nv * el);
-    d->out_lib = alloc_zeroed(d->out_count * el);
-    d->out_ref = alloc_zeroed(d->out_count * el);
-    d->out_bare = alloc_zeroed(d->out_count * el);
+    d->q = bench_alloc(nq * el);
+    d->k = bench_alloc(nk * el);
+    d->v = bench_alloc(nv * el);
+    d->out_lib = bench_alloc(d->out_count * el);
+    d->out_ref = bench_alloc(d->out_count * el);
+    d->out_bare = bench_alloc(d->out_count * el);
     if (!d->q || !d->k || !d->v || !d->out_lib || !d->out_ref || !d->out_bare) {
         bench_data_free(d);
         return -1;
