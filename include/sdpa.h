@@ -256,8 +256,8 @@ enum {
 
 /* Set / get an option. Unknown ids give SDPA_ERR_UNKNOWN_OPTION, values out
  * of range SDPA_ERR_BAD_OPTION_VALUE (the option keeps its value). Setting
- * SDPA_OPT_KERNEL to AVX2 on a CPU without AVX2+FMA, or to AVX512 on one
- * without AVX-512 F/DQ/BW/VL, gives SDPA_ERR_UNSUPPORTED.
+ * SDPA_OPT_KERNEL to AVX2 on a CPU without AVX2+FMA+F16C, or to AVX512 on
+ * one without AVX-512 F/DQ/BW/VL and F16C, gives SDPA_ERR_UNSUPPORTED.
  * Getting SDPA_OPT_KERNEL returns the kernel that AUTO resolves to; later
  * 1.x releases may add kernels (new values), so a program should accept a
  * value it does not know there. */
@@ -287,8 +287,10 @@ enum { SDPA_NUM_THREADS_ALL = -1 };
  * scratch is held for `workers` workers. A parallel-for that breaks the
  * contract (an item called twice or never, a worker index outside
  * [0, workers)) makes the call fail with SDPA_ERR_PARALLEL_FOR, outputs
- * unspecified. Setting parallel_for NULL returns to the context's own
- * workers. SDPA_ERR_BAD_OPTION_VALUE for workers outside [1, 256]. */
+ * unspecified: the context records which items ran (one bit per item,
+ * kept and grown like its scratch). Setting parallel_for NULL returns to the
+ * context's own workers. SDPA_ERR_BAD_OPTION_VALUE for workers outside [1,
+ * 256]. */
 typedef void (*sdpa_task_fn)(void *task_arg, int64_t item, int worker);
 typedef void (*sdpa_parallel_for_fn)(void *user, int64_t items,
                                      sdpa_task_fn task, void *task_arg);
@@ -398,8 +400,8 @@ typedef struct sdpa_tensor {
  *            The optional outputs (weights, lse, logits, max_weight,
  *            entropy) are in the compute type: float32 as soon as one
  *            tensor is a half type, as FlashAttention's lse. An output that
- *            overflows its half type (|x| > 65504 in float16) is
- *            SDPA_ERR_NONFINITE.
+ *            rounds to infinity in its half type (|x| >= 65520 in float16;
+ *            up to that it rounds to 65504) is SDPA_ERR_NONFINITE.
  *   paging   with block_table, k and v are pools of pages (vLLM's and
  *            FlashAttention's block_table convention): k is
  *            [P, Hkv, page, Dk] and v [P, Hkv, page, Dv] with P pages of

@@ -100,6 +100,7 @@ void sdpa_ctx_destroy(sdpa_ctx *ctx)
         sdpa_free(ctx, ctx->scratch[i].ptr, ctx->scratch[i].size);
     sdpa_free(ctx, ctx->shared.ptr, ctx->shared.size);
     sdpa_free(ctx, ctx->layer.ptr, ctx->layer.size);
+    sdpa_free(ctx, ctx->claims.ptr, ctx->claims.size);
     sdpa_allocator allocator = ctx->allocator;
     allocator.free(allocator.opaque, ctx, sizeof *ctx);
 }
@@ -136,6 +137,11 @@ int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
 int sdpa_layer_reserve(sdpa_ctx *ctx, size_t bytes)
 {
     return grow(ctx, &ctx->layer, bytes);
+}
+
+int sdpa_claims_reserve(sdpa_ctx *ctx, size_t bytes)
+{
+    return grow(ctx, &ctx->claims, bytes);
 }
 
 /* The name of an option id as the header spells it, for messages. */
@@ -208,8 +214,9 @@ int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
         static const struct {
             const char *name, *needs;
         } vector[] = {
-            [SDPA_KERNEL_AVX2] = {"AVX2", "AVX2+FMA"},
-            [SDPA_KERNEL_AVX512] = {"AVX512", "AVX-512 (F, DQ, BW and VL)"},
+            [SDPA_KERNEL_AVX2] = {"AVX2", "AVX2+FMA+F16C"},
+            [SDPA_KERNEL_AVX512] = {"AVX512",
+                                    "AVX-512 (F, DQ, BW and VL) and F16C"},
         };
         if (value != SDPA_KERNEL_AUTO && !sdpa_kernel_supported((int)value))
             return sdpa_fail(ctx, SDPA_ERR_UNSUPPORTED,

@@ -32,7 +32,9 @@ struct sdpa_ctx {
     int kernel;         /* resolved SDPA_KERNEL_* (never AUTO) */
     sdpa_buffer scratch[SDPA_MAX_THREADS]; /* one per worker */
     sdpa_buffer shared;                    /* read by every worker */
-    sdpa_buffer layer; /* sdpa_mha_forward's projections (layer.c) */
+    sdpa_buffer layer;  /* sdpa_mha_forward's projections (layer.c) */
+    sdpa_buffer claims; /* the caller's parallel-for: one bit per item,
+                           set when the item is taken (pool.c) */
     sdpa_pool *pool;
     /* the caller's parallel-for (sdpa_ctx_set_parallel_for), or NULL */
     sdpa_parallel_for_fn parallel_for;
@@ -80,6 +82,8 @@ int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
 /* Makes ctx->layer at least bytes large (allocating only when it is
  * smaller). */
 int sdpa_layer_reserve(sdpa_ctx *ctx, size_t bytes);
+/* Likewise ctx->claims. */
+int sdpa_claims_reserve(sdpa_ctx *ctx, size_t bytes);
 
 /* A validated tensor: base pointer and element strides, with broadcast
  * dimensions' strides set to 0. data is NULL for an absent optional tensor. */

@@ -178,6 +178,10 @@ typedef struct caller_job {
     const sdpa_plan *plan;
     sdpa_path_fn fn;
     int64_t items;
+    /* item i's bit: taken (ctx->claims, items / 64 words): a second call
+     * of an item is refused, so that calls == items means every item ran
+     * once, whatever the order of the calls */
+    _Atomic uint64_t *taken;
     atomic_llong calls;   /* task calls with a valid item and worker */
     atomic_bool bad_call; /* one outside them */
     atomic_int busy[SDPA_MAX_THREADS]; /* calls running per worker */
@@ -190,6 +194,11 @@ static void caller_task(void *arg, int64_t item, int worker)
     if (item < 0 || item >= job->items || worker < 0 ||
         worker >= job->ctx->parallel_workers) {
         atomic_store(&job->bad_call, true);
+        return;
+    }
+    const uint64_t bit = UINT64_C(1) << (item % 64);
+    if (atomic_fetch_or(&job->taken[item / 64], bit) & bit) {
+        atomic_store(&job->bad_call, true); /* called twice */
         return;
     }
     /* two calls on one worker at once would share its scratch */
@@ -211,12 +220,22 @@ static int run_on_caller_threads(sdpa_ctx *ctx, const sdpa_problem *problem,
                                  const sdpa_plan *plan, int64_t items,
                                  sdpa_path_fn fn, sdpa_where *where)
 {
+    /* the items' bits, kept with the context like its scratch: before any
+     * item runs, so that running out of memory leaves the outputs as they
+     * were */
+    const size_t words = (size_t)(items + 63) / 64;
+    int status = sdpa_claims_reserve(ctx, words * sizeof(uint64_t));
+    if (status != SDPA_OK)
+        return status;
     caller_job job = {.ctx = ctx,
                       .problem = problem,
                       .plan = plan,
                       .fn = fn,
                       .items = items,
                       .failure = {.item = INT64_MAX, .status = SDPA_OK}};
+    job.taken = ctx->claims.ptr;
+    for (size_t w = 0; w < words; w++)
+        atomic_init(&job.taken[w], 0);
     atomic_init(&job.calls, 0);
     atomic_init(&job.bad_call, false);
     for (int w = 0; w < SDPA_MAX_THREADS; w++)
@@ -234,7 +253,8 @@ static int run_on_caller_threads(sdpa_ctx *ctx, const sdpa_problem *problem,
                          calls, (long long)items,
                          atomic_load(&job.bad_call)
                              ? ", and calls with an item or worker out of "
-                               "range or a worker already busy"
+                               "range, an item called twice or a worker "
+                               "already busy"
                              : "",
                          ctx->parallel_workers);
     *where = job.failure.where;

@@ -358,49 +358,46 @@ static int check_types(sdpa_ctx *ctx, const sdpa_forward_args *args,
     return SDPA_OK;
 }
 
-/* Paged K/V (1.1): 0 without a block table, 1 with one (*tk becomes the
- * logical key length pages_per_seq · page), -1 on a bad field (the message
- * is set). The table's entries are checked by check_block_table once
- * kv_lens is known. */
+/* Paged K/V (1.1): *paged says whether there is a block table (then *tk
+ * becomes the logical key length pages_per_seq · page). A bad field is
+ * SDPA_ERR_BAD_PAGE, a key count beyond the BLAS int SDPA_ERR_OVERFLOW
+ * (the message is set). The table's entries are checked by
+ * check_block_table once kv_lens is known. */
 static int check_paging(sdpa_ctx *ctx, const sdpa_forward_args *args,
-                        int64_t *tk)
+                        int64_t *tk, bool *paged)
 {
+    *paged = false;
     if (!args->block_table) {
         if (args->pages_per_seq == 0 && args->block_table_stride == 0)
-            return 0;
-        sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
-                  "sdpa_forward: pages_per_seq %lld and block_table_stride "
-                  "%lld are set but block_table is NULL",
-                  (long long)args->pages_per_seq,
-                  (long long)args->block_table_stride);
-        return -1;
+            return SDPA_OK;
+        return sdpa_fail(
+            ctx, SDPA_ERR_BAD_PAGE,
+            "sdpa_forward: pages_per_seq %lld and block_table_stride "
+            "%lld are set but block_table is NULL",
+            (long long)args->pages_per_seq,
+            (long long)args->block_table_stride);
     }
     int64_t cols = args->pages_per_seq, page = args->k.shape[T_DIM];
-    if (cols < 1 || cols > INT_MAX) {
-        sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
-                  "sdpa_forward: pages_per_seq is %lld, must be in [1, %d] "
-                  "with a block_table",
-                  (long long)cols, INT_MAX);
-        return -1;
-    }
-    if (args->block_table_stride != 0 && args->block_table_stride < cols) {
-        sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
-                  "sdpa_forward: block_table_stride is %lld, below "
-                  "pages_per_seq %lld (0 means pages_per_seq)",
-                  (long long)args->block_table_stride, (long long)cols);
-        return -1;
-    }
+    if (cols < 1 || cols > INT_MAX)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                         "sdpa_forward: pages_per_seq is %lld, must be in "
+                         "[1, %d] with a block_table",
+                         (long long)cols, INT_MAX);
+    if (args->block_table_stride != 0 && args->block_table_stride < cols)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                         "sdpa_forward: block_table_stride is %lld, below "
+                         "pages_per_seq %lld (0 means pages_per_seq)",
+                         (long long)args->block_table_stride, (long long)cols);
     /* page > 0 is checked with k's shape; the product must fit the BLAS
      * int like any key count */
-    if (page > 0 && cols > INT_MAX / page) {
-        sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                  "sdpa_forward: pages_per_seq %lld times the page length "
-                  "%lld (k.shape[2]) overflows the key count",
-                  (long long)cols, (long long)page);
-        return -1;
-    }
+    if (page > 0 && cols > INT_MAX / page)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "sdpa_forward: pages_per_seq %lld times the page "
+                         "length %lld (k.shape[2]) overflows the key count",
+                         (long long)cols, (long long)page);
     *tk = cols * (page > 0 ? page : 1);
-    return 1;
+    *paged = true;
+    return SDPA_OK;
 }
 
 /* Every block table entry of a page that holds valid keys (kv_lens[b],
@@ -538,9 +535,10 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
     extent TK = {tk, "k.shape[2] (Tk)"}, KV_N = N, KV_T = TK;
     const extent DV = {dv, "v.shape[3] (Dv)"};
     const extent ONE = {1, "its extent (one value per row)"};
-    int paged = check_paging(ctx, args, &tk);
-    if (paged < 0)
-        return SDPA_ERR_BAD_PAGE;
+    bool paged;
+    int paging = check_paging(ctx, args, &tk, &paged);
+    if (paging != SDPA_OK)
+        return paging; /* BAD_PAGE, or OVERFLOW for the key count */
     if (paged) {
         TK = (extent){tk, "pages_per_seq * k.shape[2] (Tk)"};
         KV_N = (extent){args->k.shape[N_DIM], "k.shape[0] (pages)"};

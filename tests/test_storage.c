@@ -19,8 +19,8 @@
  *    equal to the contiguous call on the same path.
  *  - A caller's parallel-for (threads of the test's own) bitwise equal to
  *    the context's workers; SDPA_NUM_THREADS_ALL likewise; a parallel-for
- *    that skips an item or names a bad worker fails with
- *    SDPA_ERR_PARALLEL_FOR.
+ *    that skips an item, calls one twice or names a bad worker fails
+ *    with SDPA_ERR_PARALLEL_FOR.
  *  - Refusals: SDPA_ERR_BAD_DTYPE (unknown types, float64 mixed with
  *    another), SDPA_ERR_BAD_PAGE (a table entry outside the pool, paging
  *    fields without a table, a stride below pages_per_seq), float16
@@ -37,6 +37,7 @@
 #include <cmocka.h>
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -588,7 +589,9 @@ static void test_paged_equals_contiguous(void **state)
 
 /* A small pool of the test's own: `workers` threads (the caller is worker
  * 0) that take items from a shared counter. misbehave: 1 skips item 0,
- * 2 names worker `workers`. */
+ * 2 names worker `workers`, 3 calls item 1 in place of item 0 (as many
+ * calls as items: only knowing which items ran tells; fuzz_storage's
+ * finding 2, accepted with SDPA_OK and rows never written before). */
 typedef struct test_pool {
     int workers, misbehave;
     atomic_llong next;
@@ -614,6 +617,8 @@ static void *test_worker(void *opaque)
         if (tp->misbehave == 1 && item == 0)
             continue;
         int worker = tp->misbehave == 2 ? tp->workers : w->index;
+        if (tp->misbehave == 3 && item == 0 && tp->items > 1)
+            item = 1;
         tp->task(tp->arg, item, worker);
     }
     return NULL;
@@ -690,7 +695,7 @@ static void test_caller_threads(void **state)
             if (all_paths[path] == SDPA_PATH_DECODE)
                 assert_true(atomic_load(&tp.calls) >= 1);
             /* broken pools: an error whenever the pool was called */
-            for (int bad = 1; bad <= 2; bad++) {
+            for (int bad = 1; bad <= 3; bad++) {
                 tp.misbehave = bad;
                 int before = atomic_load(&tp.calls);
                 int status = sdpa_forward(ctx, &a);
@@ -769,6 +774,13 @@ static void test_refusals(void **state)
     a.pages_per_seq = pl.pages_per_seq;
     a.block_table_stride = 1;
     expect_refusal(ctx, &a, SDPA_ERR_BAD_PAGE, "below pages_per_seq", &p);
+    a.block_table_stride = pl.stride;
+    /* a key count beyond the BLAS int is OVERFLOW, as for unpaged K/V
+     * (it was BAD_PAGE with OVERFLOW's message: fuzz_storage finding 3) */
+    a.pages_per_seq = INT_MAX / pl.k.shape[2] + 1;
+    a.block_table_stride = 0;
+    expect_refusal(ctx, &a, SDPA_ERR_OVERFLOW, "overflows the key count", &p);
+    a.pages_per_seq = pl.pages_per_seq;
     a.block_table_stride = pl.stride;
     int32_t saved = pl.table[pl.stride + 2];
     pl.table[pl.stride + 2] = (int32_t)pl.k.shape[0];
