@@ -102,15 +102,6 @@ typedef struct bwd_data {
     double io_bwd, io_fwd; /* bytes of the calls' inputs + outputs */
 } bwd_data;
 
-static void *alloc_touched(size_t bytes)
-{
-    size_t rounded = (bytes + 63u) & ~(size_t)63u;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (p) /* resident before any measurement */
-        memset(p, 0, rounded ? rounded : 64);
-    return p;
-}
-
 static void bwd_data_free(bwd_data *b)
 {
     void *bufs[] = {b->lse,     b->dout,    b->dq,      b->dk,      b->dv,
@@ -143,7 +134,8 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
     const size_t counts[] = {b->nlse, no,      b->nq, b->nk, b->nv,
                              no,      b->nlse, b->nq, b->nk, b->nv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (!(*bufs[i] = alloc_touched(counts[i] * el))) {
+        /* zeroed, so resident before any measurement */
+        if (!(*bufs[i] = bench_alloc(counts[i] * el))) {
             snprintf(note, note_size, "n/a (out of memory for the tensors)");
             bwd_data_free(b);
             return -1;

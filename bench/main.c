@@ -171,7 +171,7 @@ static void usage(FILE *f)
             "--block-seconds, --seed,\n"
             "                    --json apply; --block-q/--block-k set the "
             "backward's tiles only\n"
-            "  --huge-pages      the forward table's tensors and page pools "
+            "  --huge-pages      the tensors and page pools "
             "on transparent huge\n"
             "                    pages (2 MiB aligned, madvise "
             "MADV_HUGEPAGE), as an engine can\n"
