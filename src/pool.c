@@ -64,19 +64,23 @@ struct sdpa_pool {
     first_failure failure;
 };
 
+/* A worker's share of the job; its gemms run on its own thread where the
+ * BLAS lets one thread say so (the plan assumed it: sdpa_blas_threads). */
 static void run_share(sdpa_pool *pool, int worker)
 {
     void *scratch = pool->ctx->scratch[worker].ptr;
+    const sdpa_blas_serial blas_was = sdpa_blas_serial_begin();
     for (;;) {
         int64_t item = atomic_fetch_add(&pool->next_item, 1);
         if (item >= pool->items)
-            return;
+            break;
         sdpa_where where = {-1, -1, -1};
         int status = pool->fn(pool->problem, pool->plan, pool->ctx->kernel,
                               scratch, item, &where);
         if (status != SDPA_OK)
             failure_note(&pool->failure, item, where, status);
     }
+    sdpa_blas_serial_end(&blas_was);
 }
 
 static void *worker_main(void *opaque)
@@ -208,8 +212,10 @@ static void caller_task(void *arg, int64_t item, int worker)
         return;
     }
     sdpa_where where = {-1, -1, -1};
+    const sdpa_blas_serial blas_was = sdpa_blas_serial_begin(); /* as above */
     int status = job->fn(job->problem, job->plan, job->ctx->kernel,
                          job->ctx->scratch[worker].ptr, item, &where);
+    sdpa_blas_serial_end(&blas_was);
     atomic_fetch_sub(&job->busy[worker], 1);
     atomic_fetch_add(&job->calls, 1);
     if (status != SDPA_OK)
