@@ -1,6 +1,7 @@
 /* The helpers every fuzz target shares; see fuzz_common.h. */
 #include "fuzz_common.h"
 
+#include <cpuid.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -178,14 +179,23 @@ long fz_alloc_count(void)
     return fz_as.allocs + fz_as.refused;
 }
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang 14 does not know "f16c" in
+ * __builtin_cpu_supports. Both vector kernel sets need it (sdpa.h). */
+static int fz_cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 static int fz_kernel_supported(int64_t k)
 {
     __builtin_cpu_init();
     if (k == SDPA_KERNEL_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma") && fz_cpu_has_f16c();
     if (k == SDPA_KERNEL_AVX512)
         return __builtin_cpu_supports("avx2") &&
-               __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("fma") && fz_cpu_has_f16c() &&
                __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512bw") &&
