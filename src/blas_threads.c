@@ -11,10 +11,12 @@
  * Others (the reference CBLAS, ATLAS) count as one thread.
  *
  * Thread-local control: a limit one thread sets on its own gemms, which no
- * other thread sees. With it, the workers of a call with several workers
- * run their gemms on one thread each (and restore the thread's setting
- * after), whatever the BLAS's own count, so plans are made as for a
- * one-thread BLAS and workers run side by side:
+ * other thread sees. With it, the threads that run a call's items (its
+ * workers, or the caller's thread alone) run their gemms on one thread
+ * each and restore the thread's setting after, whatever the BLAS's own
+ * count, so plans are made as for a one-thread BLAS, workers run side by
+ * side, and one worker gives the bits of several (BLIS's results change
+ * with its thread count):
  *   MKL       MKL_Set_Num_Threads_Local (returns the previous value);
  *   BLIS      bli_thread_set_num_threads, where the runtime settings are
  *             per thread: BLIS 1.0 and later built with thread-local

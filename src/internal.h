@@ -401,8 +401,8 @@ void sdpa_pool_destroy(sdpa_ctx *ctx);
  * sdpa_blas_local_control: whether a thread can limit its own gemms
  * without changing other threads' (MKL, BLIS 1.0+ with thread-local
  * storage). sdpa_blas_threads: the threads a plan must assume for the
- * gemms of its workers: 1 with local control (the workers of a call with
- * several run theirs serially, between sdpa_blas_serial_begin and _end,
+ * gemms of its items: 1 with local control (the threads that run a call's
+ * items run theirs serially, between sdpa_blas_serial_begin and _end,
  * which restores the thread's own setting), else the BLAS's own. Also the
  * largest M·N·K that OpenBLAS runs on the calling thread alone. */
 typedef struct sdpa_blas_serial {

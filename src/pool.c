@@ -65,7 +65,8 @@ struct sdpa_pool {
 };
 
 /* A worker's share of the job; its gemms run on its own thread where the
- * BLAS lets one thread say so (the plan assumed it: sdpa_blas_threads). */
+ * BLAS lets one thread say so (the plan assumed it: sdpa_blas_threads),
+ * as they do when the caller's thread runs every item alone. */
 static void run_share(sdpa_pool *pool, int worker)
 {
     void *scratch = pool->ctx->scratch[worker].ptr;
@@ -291,13 +292,15 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
                    sdpa_where *where)
 {
     if (plan->threads <= 1 || items <= 1) {
-        for (int64_t item = 0; item < items; item++) {
-            int status = fn(problem, plan, ctx->kernel, ctx->scratch[0].ptr,
-                            item, where);
-            if (status != SDPA_OK)
-                return status;
-        }
-        return SDPA_OK;
+        /* serial gemms here too: a BLAS's results may depend on its thread
+         * count (BLIS's do), and one worker must give the bits of several */
+        const sdpa_blas_serial blas_was = sdpa_blas_serial_begin();
+        int status = SDPA_OK;
+        for (int64_t item = 0; item < items && status == SDPA_OK; item++)
+            status = fn(problem, plan, ctx->kernel, ctx->scratch[0].ptr, item,
+                        where);
+        sdpa_blas_serial_end(&blas_was);
+        return status;
     }
     if (ctx->parallel_for)
         return run_on_caller_threads(ctx, problem, plan, items, fn, where);
