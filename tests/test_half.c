@@ -3,8 +3,9 @@
  * row kernel sets (src/rows.h: widen, narrow, dot_rows, acc_rows), internal
  * API linked from the static library.
  *
- * Conversions, against decoders and a rounding written here (ldexp and
- * double arithmetic, no bit tricks shared with half.h):
+ * Conversions, against the tests' decoders (half_codec.h) and a rounding
+ * written here (ldexp and double arithmetic, no bit tricks shared with
+ * half.h):
  *   - all 65536 binary16 and bfloat16 patterns to float: the value and sign
  *     exactly; NaN stays NaN of the same sign (binary16: made quiet,
  *     payload kept; bfloat16: the bits shifted);
@@ -39,6 +40,7 @@
 #include <string.h>
 
 #include "half.h"
+#include "half_codec.h"
 #include "internal.h"
 #include "rows.h"
 #include "testutil.h"
@@ -59,27 +61,16 @@ static float float_of(uint32_t u)
     return f;
 }
 
-/* A binary16 / bfloat16 pattern's value (NaN for NaNs), from its fields. */
+/* A binary16 / bfloat16 pattern's value (NaN for NaNs), from its fields
+ * (half_codec.h). */
 static double decode_f16(uint16_t h)
 {
-    int e = (h >> 10) & 31, m = h & 1023;
-    double sign = h & 0x8000 ? -1.0 : 1.0;
-    if (e == 31)
-        return m ? NAN : sign * INFINITY;
-    if (e == 0)
-        return sign * ldexp(m, -24);
-    return sign * ldexp(1024 + m, e - 25);
+    return half_codec_value(h, SDPA_FLOAT16);
 }
 
 static double decode_bf16(uint16_t h)
 {
-    int e = (h >> 7) & 255, m = h & 127;
-    double sign = h & 0x8000 ? -1.0 : 1.0;
-    if (e == 255)
-        return m ? NAN : sign * INFINITY;
-    if (e == 0)
-        return sign * ldexp(m, -133);
-    return sign * ldexp(128 + m, e - 134);
+    return half_codec_value(h, SDPA_BFLOAT16);
 }
 
 /* The half format: fraction bits, the least normal exponent, the largest

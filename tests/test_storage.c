@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "reference.h"
+#include "half_codec.h"
 #include "testutil.h"
 
 /* ---- Half encodings of exactly representable values. ---------------- */
@@ -54,44 +55,10 @@
 /* Bits of v in float16 / bfloat16; v must be exactly representable. */
 static uint16_t half_bits(double v, int type)
 {
-    const int mant_bits = type == SDPA_FLOAT16 ? 10 : 7;
-    const int bias = type == SDPA_FLOAT16 ? 15 : 127;
-    uint16_t sign = signbit(v) ? 0x8000u : 0;
-    double a = fabs(v);
-    if (a == 0)
-        return sign;
-    if (isinf(a)) /* exponent all ones, mantissa 0 */
-        return (uint16_t)(sign | (type == SDPA_FLOAT16 ? 0x7c00u : 0x7f80u));
-    int e;
-    double m = frexp(a, &e); /* a = m · 2^e, m in [0.5, 1) */
-    int biased = e - 1 + bias;
-    double mant;
-    if (biased <= 0) { /* subnormal: a = mant · 2^(1 - bias - mant_bits) */
-        biased = 0;
-        mant = ldexp(a, bias - 1 + mant_bits);
-    } else {
-        mant = ldexp(2 * m - 1, mant_bits);
-    }
-    assert_true(mant == floor(mant)); /* exactly representable */
-    return (uint16_t)(sign | (unsigned)biased << mant_bits | (unsigned)mant);
-}
-
-static double half_value(uint16_t h, int type)
-{
-    const int mant_bits = type == SDPA_FLOAT16 ? 10 : 7;
-    const int exp_bits = type == SDPA_FLOAT16 ? 5 : 8;
-    const int bias = type == SDPA_FLOAT16 ? 15 : 127;
-    int sign = h >> 15;
-    int e = (h >> mant_bits) & ((1 << exp_bits) - 1);
-    int mant = h & ((1 << mant_bits) - 1);
-    double v;
-    if (e == (1 << exp_bits) - 1)
-        v = mant ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp(mant, 1 - bias - mant_bits);
-    else
-        v = ldexp(mant + (1 << mant_bits), e - bias - mant_bits);
-    return sign ? -v : v;
+    bool exact;
+    uint16_t h = half_codec_bits(v, type, &exact);
+    assert_true(exact);
+    return h;
 }
 
 /* ---- A problem: float32 tensors (the reference's), and copies of them
@@ -183,7 +150,7 @@ static double typed_get(const typed *x, int type, int64_t a, int64_t b,
     int64_t o = toff(&x->t, a, b, c, d);
     return type == SDPA_FLOAT32
                ? (double)((const float *)x->mem)[o]
-               : half_value(((const uint16_t *)x->mem)[o], type);
+               : half_codec_value(((const uint16_t *)x->mem)[o], type);
 }
 
 /* The float32 arguments of p (out and lse given by the caller). */

@@ -103,6 +103,7 @@
 
 #include "fuzz_common.h"
 #include "fuzz_ref.h"
+#include "../half_codec.h"
 
 /* ------------------------------------------------------------------------ */
 /* Input fields: one byte each (new fields are appended, so that the        */
@@ -244,47 +245,11 @@ static double ty_round(double x, int type)
 /* The bits of v (representable in the half type, or inf / NaN). */
 static uint16_t half_bits(double v, int type)
 {
-    const int mant_bits = type == SDPA_FLOAT16 ? 10 : 7;
-    const int bias = type == SDPA_FLOAT16 ? 15 : 127;
-    const unsigned all_ones = type == SDPA_FLOAT16 ? 0x1fu : 0xffu;
-    unsigned sign = signbit(v) ? 0x8000u : 0u;
-    if (isnan(v))
-        return (uint16_t)(sign | all_ones << mant_bits | 1u << (mant_bits - 1));
-    double a = fabs(v);
-    if (isinf(a))
-        return (uint16_t)(sign | all_ones << mant_bits);
-    if (a == 0)
-        return (uint16_t)sign;
-    int e;
-    double m = frexp(a, &e);
-    int biased = e - 1 + bias;
-    double mant;
-    if (biased <= 0) { /* subnormal: a = mant 2^(1 - bias - mant_bits) */
-        biased = 0;
-        mant = ldexp(a, bias - 1 + mant_bits);
-    } else {
-        mant = ldexp(2 * m - 1, mant_bits);
-    }
-    if (mant != floor(mant) || biased >= (int)all_ones)
+    bool exact;
+    uint16_t h = half_codec_bits(v, type, &exact);
+    if (!exact)
         abort(); /* the harness rounds before it stores */
-    return (uint16_t)(sign | (unsigned)biased << mant_bits | (unsigned)mant);
-}
-
-static double half_value(uint16_t h, int type)
-{
-    const int mant_bits = type == SDPA_FLOAT16 ? 10 : 7;
-    const int exp_bits = type == SDPA_FLOAT16 ? 5 : 8;
-    const int bias = type == SDPA_FLOAT16 ? 15 : 127;
-    int e = (h >> mant_bits) & ((1 << exp_bits) - 1);
-    int mant = h & ((1 << mant_bits) - 1);
-    double v;
-    if (e == (1 << exp_bits) - 1)
-        v = mant ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp(mant, 1 - bias - mant_bits);
-    else
-        v = ldexp(mant + (1 << mant_bits), e - bias - mant_bits);
-    return h >> 15 ? -v : v;
+    return h;
 }
 
 static double ty_load(const void *mem, int type, int64_t off)
@@ -296,7 +261,7 @@ static double ty_load(const void *mem, int type, int64_t off)
         return ((const double *)mem)[off];
     case SDPA_FLOAT16:
     case SDPA_BFLOAT16:
-        return half_value(((const uint16_t *)mem)[off], type);
+        return half_codec_value(((const uint16_t *)mem)[off], type);
     default:
         return (double)((const float *)mem)[off];
     }
