@@ -125,3 +125,6 @@ int sdpa_kernel_from_environment(int *kernel)
 /* sdpa_row_kernels_select_f32, sdpa_row_kernels_select_f64 */
 SDPA_DEFINE_KERNEL_SELECT(f32)
 SDPA_DEFINE_KERNEL_SELECT(f64)
+
+/* rows.h: the prefetch pacing's zero; never written. */
+int64_t sdpa_prefetch_pace_zero = 0;

@@ -188,7 +188,8 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
  * much for one row.
  * The caller's hint (rows.h, sdpa_row_prefetch: the rows it reads next)
  * is prefetched one row per key by the pass that reads from memory, for
- * any number of rows.
+ * any number of rows; acc_rows paces its hint behind its own reads
+ * (PACE, rows.h).
  * The blocks take R, the key and vector counts and the type as constants
  * (they are inlined where they are used with constants), so that
  * compilers unroll them and keep their accumulators in registers. The
@@ -207,6 +208,9 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
 /* How far ahead (in keys) several query rows prefetch: 4 KB of float32
  * rows of 128; 4 to 32 measured, 8 best. */
 #define PREFETCH_KEYS 8
+/* 0, computed from x: added to a prefetch's row index, it makes the
+ * prefetch wait for x in hardware (sdpa_prefetch_pace_zero, rows.h). */
+#define PACE(x) ((int64_t)VM_ANY(VCMP_UNORD(x, x)) & sdpa_prefetch_pace_zero)
 /* Short names for the pieces below (clang-format takes a long
  * KERNEL_NAME(x)(...) statement for a declaration). */
 #define LOAD_W KERNEL_NAME(load_w)
@@ -427,7 +431,6 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
         if (pf.base && j + PREFETCH_KEYS < pf.n)
             PREFETCH_ROWS(pf.base, vst, j + PREFETCH_KEYS,
                           j + PREFETCH_KEYS + 1, pf.lo, pf.hi);
-        sdpa_prefetch_row(pf.hint, pf.hj + j);
         VT vv[ACC_VECS];
         for (int v = 0; v < S; v++)
             vv[v] = part ? LOAD_PART(vj, type, count)
@@ -437,6 +440,8 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
             for (int v = 0; v < S; v++)
                 a[i * S + v] = VFMA(pj, vv[v], a[i * S + v]);
         }
+        if (pf.hint) /* paced: after key j's row is in (rows.h) */
+            sdpa_prefetch_row(pf.hint, pf.hj + j + PACE(a[R * S - 1]));
     }
     for (int i = 0; i < R; i++)
         for (int v = 0; v < S; v++) {
