@@ -1,8 +1,9 @@
 /*
- * The tests' own binary16 / bfloat16 codec: field by field with frexp and
- * ldexp in double, sharing nothing with the library's src/half.h, so that
- * the tests check the library's conversions rather than repeat them.
- * Header-only (static functions), for the unit tests and the fuzz targets.
+ * The tests' own binary16 / bfloat16 codec and nearest-even rounding:
+ * field by field with frexp and ldexp in double, sharing nothing with the
+ * library's src/half.h, so that the tests check the library's conversions
+ * rather than repeat them. Header-only (static functions), for the unit tests
+ * and the fuzz targets.
  */
 #ifndef SDPA_TESTS_HALF_CODEC_H
 #define SDPA_TESTS_HALF_CODEC_H
@@ -64,6 +65,30 @@ static inline uint16_t half_codec_bits(double v, int type, bool *exact)
         return 0;
     }
     return (uint16_t)(sign | (unsigned)biased << mant_bits | (unsigned)mant);
+}
+
+/* x rounded to the storage type, nearest even, by double arithmetic:
+ * |x| / ulp is exact (x has at most 53 bits, ulp is a power of two) and
+ * nearbyint rounds it to even in the default mode; beyond the largest
+ * finite value ±inf. type: SDPA_FLOAT16, SDPA_BFLOAT16 or SDPA_FLOAT32;
+ * SDPA_FLOAT64, zeros, infinities and NaN come back as they are. */
+static inline double half_codec_round(double x, int type)
+{
+    if (type == SDPA_FLOAT64 || !isfinite(x) || x == 0)
+        return x;
+    const int frac = type == SDPA_FLOAT16 ? 10 : type == SDPA_BFLOAT16 ? 7 : 23;
+    const int emin = type == SDPA_FLOAT16 ? -14 : -126;
+    const double max = type == SDPA_FLOAT16    ? 65504.0
+                       : type == SDPA_BFLOAT16 ? 0x1.fep127
+                                               : 0x1.fffffep127;
+    double a = fabs(x);
+    int e;
+    (void)frexp(a, &e); /* a = m·2^e, m in [0.5, 1): the binade's e − 1 */
+    int q = (e - 1 < emin ? emin : e - 1) - frac;
+    double r = ldexp(nearbyint(ldexp(a, -q)), q);
+    if (r > max)
+        r = INFINITY;
+    return copysign(r, x);
 }
 
 #endif /* SDPA_TESTS_HALF_CODEC_H */

@@ -204,44 +204,6 @@ static size_t ty_size(int type)
     }
 }
 
-/* Fraction bits, least normal exponent and largest finite value. */
-static void ty_format(int type, int *frac, int *emin, double *max)
-{
-    switch (type) {
-    case SDPA_FLOAT16:
-        *frac = 10, *emin = -14, *max = 65504.0;
-        break;
-    case SDPA_BFLOAT16:
-        *frac = 7, *emin = -126, *max = 0x1.fep127;
-        break;
-    case SDPA_FLOAT64:
-        *frac = 52, *emin = -1022, *max = DBL_MAX;
-        break;
-    default:
-        *frac = 23, *emin = -126, *max = (double)FLT_MAX;
-        break;
-    }
-}
-
-/* x rounded to the type, nearest even (overflow: +-inf). |x| / ulp is
- * exact in double and nearbyint rounds it to even in the default mode. */
-static double ty_round(double x, int type)
-{
-    if (type == SDPA_FLOAT64 || !isfinite(x) || x == 0)
-        return x;
-    int frac, emin;
-    double max;
-    ty_format(type, &frac, &emin, &max);
-    double a = fabs(x);
-    int e;
-    (void)frexp(a, &e); /* a = m 2^e, m in [0.5, 1) */
-    int q = (e - 1 < emin ? emin : e - 1) - frac;
-    double r = ldexp(nearbyint(ldexp(a, -q)), q);
-    if (r > max)
-        r = INFINITY;
-    return copysign(r, x);
-}
-
 /* The bits of v (representable in the half type, or inf / NaN). */
 static uint16_t half_bits(double v, int type)
 {
@@ -267,7 +229,7 @@ static double ty_load(const void *mem, int type, int64_t off)
     }
 }
 
-/* v must be representable in the type (ty_round), or inf / NaN. */
+/* v must be representable in the type (half_codec_round), or inf / NaN. */
 static void ty_store(void *mem, int type, int64_t off, double v)
 {
     switch (type) {
@@ -1381,7 +1343,7 @@ static void fill_values(cfg *c)
             for (int64_t i = 0; i < c->Tq; i++)
                 for (int64_t d = 0; d < c->Dk; d++)
                     ty_store(Q->t.data, Q->type, fz_off4(&Q->t, b, h, i, d),
-                             ty_round(fz_sym(amp) * spread(), Q->type));
+                             half_codec_round(fz_sym(amp) * spread(), Q->type));
     if (g_t[T_MASK].present) {
         static const double dens[8] = {0.05, 0.2, 0.5, 0.9, 0.0, 1.0, 0.1, 0.3};
         double p = dens[fld(F_MASK_DENS) % 8];
@@ -1404,7 +1366,8 @@ static void fill_values(cfg *c)
         size_t n = view_span(&B->t);
         for (size_t i = 0; i < n; i++)
             ty_store(B->t.data, B->type, (int64_t)i,
-                     fz_unit() < p ? -INFINITY : ty_round(fz_sym(ba), B->type));
+                     fz_unit() < p ? -INFINITY
+                                   : half_codec_round(fz_sym(ba), B->type));
     }
 }
 
@@ -1429,10 +1392,10 @@ static void fill_kv(cfg *c)
                     continue;
                 for (int64_t d = 0; d < c->Dk; d++)
                     ty_store(K->t.data, K->type, kv_off(c, &K->t, b, hk, j, d),
-                             ty_round(fz_sym(amp) * spread(), K->type));
+                             half_codec_round(fz_sym(amp) * spread(), K->type));
                 for (int64_t d = 0; d < c->Dv; d++)
                     ty_store(V->t.data, V->type, kv_off(c, &V->t, b, hk, j, d),
-                             ty_round(fz_sym(vamp), V->type));
+                             half_codec_round(fz_sym(vamp), V->type));
             }
 }
 
