@@ -17,18 +17,19 @@ static int execute(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan,
 {
     switch (plan->path) {
     case SDPA_PATH_MATERIALISED:
-        return sdpa_run_items(ctx, problem, plan, plan->work_items,
+        return sdpa_run_items(ctx, problem, plan, plan->work_items, 1,
                               sdpa_materialised_item, where);
     case SDPA_PATH_TILED:
-        return sdpa_run_items(ctx, problem, plan, plan->work_items,
+        return sdpa_run_items(ctx, problem, plan, plan->work_items, 1,
                               sdpa_tiled_item, where);
     default: {
         plan->shared = ctx->shared.ptr;
-        int status = sdpa_run_items(ctx, problem, plan, plan->work_items,
-                                    sdpa_decode_chunk_item, where);
+        int status =
+            sdpa_run_items(ctx, problem, plan, plan->work_items,
+                           plan->visit_rows, sdpa_decode_chunk_item, where);
         if (status != SDPA_OK)
             return status;
-        return sdpa_run_items(ctx, problem, plan, plan->merge_items,
+        return sdpa_run_items(ctx, problem, plan, plan->merge_items, 1,
                               sdpa_decode_merge_item, where);
     }
     }

@@ -484,8 +484,8 @@ int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
     if (bp.dbias.data)
         zero_dbias(&bp);
     sdpa_where where = {-1, -1, -1};
-    status = sdpa_run_items(ctx, &bp.p, &plan, plan.work_items, backward_item,
-                            &where);
+    status = sdpa_run_items(ctx, &bp.p, &plan, plan.work_items, 1,
+                            backward_item, &where);
     if (status == SDPA_ERR_NONFINITE)
         return sdpa_fail(ctx, status,
                          "sdpa_backward: batch %lld, head %lld, query row "

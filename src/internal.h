@@ -323,6 +323,10 @@ typedef struct sdpa_plan {
     int64_t rows;        /* most stacked query rows one item handles */
     int64_t work_items;  /* items of the parallel phase */
     int64_t merge_items; /* decode: items of the merge phase (N · Hkv) */
+    int64_t visit_rows;  /* decode: the chunk items' visiting order
+                            (sdpa_run_items): merge_items for a paged
+                            cache (a chunk of every head, then the next
+                            chunk), else 1 (a head's chunks in turn) */
     size_t score_ld;     /* leading dimension of the score scratch */
     /* byte offsets of the regions of one worker's scratch (tiled/decode) */
     size_t off_q, off_s, off_o, off_m, off_l, off_a;
@@ -386,10 +390,14 @@ int sdpa_decode_merge_item(const sdpa_problem *problem, const sdpa_plan *plan,
 /* Runs items [0, items) — plan->work_items, or the decode path's
  * plan->merge_items — on plan->threads workers (the caller's
  * thread is worker 0). Results never depend on the thread count: every item
- * is computed the same way by whichever worker takes it. */
+ * is computed the same way by whichever worker takes it; of several
+ * failing items the lowest index is reported.
+ * visit_rows sets only the order in which items are started: the items as
+ * a grid of visit_rows rows (item = row · columns + column), taken column
+ * by column; 1 (or less): in index order. items must fill the grid. */
 int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
-                   const sdpa_plan *plan, int64_t items, sdpa_path_fn fn,
-                   sdpa_where *where);
+                   const sdpa_plan *plan, int64_t items, int64_t visit_rows,
+                   sdpa_path_fn fn, sdpa_where *where);
 /* Starts the context's workers up to `workers` (the caller's thread is
  * worker 0) before the computation, so that running them later allocates
  * nothing and cannot fail half way. */

@@ -395,6 +395,8 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
             mul64(reserved_items, plan->rows, &partial_rows) &&
             sdpa_mul_size((size_t)partial_rows, (size_t)(dv + 3) * p->elem_size,
                           &plan->shared_bytes);
+        /* a paged cache's chunks: every head's before the next (pool.c) */
+        plan->visit_rows = p->block_table ? plan->merge_items : 1;
         break;
     }
     }

@@ -1,10 +1,12 @@
 /*
  * Worker threads of a context. The caller's thread is worker 0; workers
  * 1..n-1 are started on first use and kept until the context is destroyed.
- * Work items are claimed from a shared counter. Every item is computed the
- * same way whichever worker takes it (each worker has its own scratch and
- * items write disjoint outputs), so results are bitwise identical for every
- * thread count; of several failing items the lowest index is reported.
+ * Work items are claimed from a shared counter, in index order or in the
+ * column order of a grid (sdpa_run_items's visit_rows). Every item is
+ * computed the same way whichever worker takes it, whenever (each worker
+ * has its own scratch and items write disjoint outputs), so results are
+ * bitwise identical for every thread count and order; of several failing
+ * items the lowest index is reported.
  * A caller's parallel-for (sdpa_ctx_set_parallel_for) runs the same items
  * on the caller's threads instead.
  */
@@ -25,6 +27,22 @@ typedef struct first_failure {
     sdpa_where where;
     int status;
 } first_failure;
+
+/* The item started n-th: items [0, items) as a grid of `rows` rows
+ * (item = row · columns + column) taken column by column. Why a grid: the
+ * decode's chunk items of a paged cache, (b · Hkv + KV head) · chunks +
+ * chunk, run a chunk of every head before the next chunk, so that the
+ * heads' rows of one page, which lie side by side in the pool, are read
+ * close together in time. Measured on Zen 5 (Ph: 32 heads, 4096 keys,
+ * f16, 16-key pages shuffled, one core): 1.89-2.02 ms against 2.29-2.36
+ * head by head; contiguous K/V are faster head by head (1.69-1.78 ms
+ * against 1.79-1.90). */
+static int64_t visited_item(int64_t n, int64_t items, int64_t rows)
+{
+    if (rows <= 1)
+        return n;
+    return n % rows * (items / rows) + n / rows;
+}
 
 static void failure_note(first_failure *f, int64_t item, sdpa_where where,
                          int status)
@@ -59,8 +77,8 @@ struct sdpa_pool {
     const sdpa_problem *problem;
     const sdpa_plan *plan;
     sdpa_path_fn fn;
-    int64_t items;
-    atomic_llong next_item;
+    int64_t items, visit_rows;
+    atomic_llong next_item; /* in visiting order */
     first_failure failure;
 };
 
@@ -72,9 +90,10 @@ static void run_share(sdpa_pool *pool, int worker)
     void *scratch = pool->ctx->scratch[worker].ptr;
     const sdpa_blas_serial blas_was = sdpa_blas_serial_begin();
     for (;;) {
-        int64_t item = atomic_fetch_add(&pool->next_item, 1);
-        if (item >= pool->items)
+        int64_t n = atomic_fetch_add(&pool->next_item, 1);
+        if (n >= pool->items)
             break;
+        int64_t item = visited_item(n, pool->items, pool->visit_rows);
         sdpa_where where = {-1, -1, -1};
         int status = pool->fn(pool->problem, pool->plan, pool->ctx->kernel,
                               scratch, item, &where);
@@ -182,7 +201,7 @@ typedef struct caller_job {
     const sdpa_problem *problem;
     const sdpa_plan *plan;
     sdpa_path_fn fn;
-    int64_t items;
+    int64_t items, visit_rows;
     /* item i's bit: taken (ctx->claims, items / 64 words): a second call
      * of an item is refused, so that calls == items means every item ran
      * once, whatever the order of the calls */
@@ -193,14 +212,16 @@ typedef struct caller_job {
     first_failure failure;
 } caller_job;
 
-static void caller_task(void *arg, int64_t item, int worker)
+static void caller_task(void *arg, int64_t n, int worker)
 {
     caller_job *job = arg;
-    if (item < 0 || item >= job->items || worker < 0 ||
+    if (n < 0 || n >= job->items || worker < 0 ||
         worker >= job->ctx->parallel_workers) {
         atomic_store(&job->bad_call, true);
         return;
     }
+    /* the caller's n-th task: its pool likely starts them in order */
+    const int64_t item = visited_item(n, job->items, job->visit_rows);
     const uint64_t bit = UINT64_C(1) << (item % 64);
     if (atomic_fetch_or(&job->taken[item / 64], bit) & bit) {
         atomic_store(&job->bad_call, true); /* called twice */
@@ -225,7 +246,8 @@ static void caller_task(void *arg, int64_t item, int worker)
 
 static int run_on_caller_threads(sdpa_ctx *ctx, const sdpa_problem *problem,
                                  const sdpa_plan *plan, int64_t items,
-                                 sdpa_path_fn fn, sdpa_where *where)
+                                 int64_t visit_rows, sdpa_path_fn fn,
+                                 sdpa_where *where)
 {
     /* the items' bits, kept with the context like its scratch: before any
      * item runs, so that running out of memory leaves the outputs as they
@@ -239,6 +261,7 @@ static int run_on_caller_threads(sdpa_ctx *ctx, const sdpa_problem *problem,
                       .plan = plan,
                       .fn = fn,
                       .items = items,
+                      .visit_rows = visit_rows,
                       .failure = {.item = INT64_MAX, .status = SDPA_OK}};
     job.taken = ctx->claims.ptr;
     for (size_t w = 0; w < words; w++)
@@ -288,22 +311,34 @@ void sdpa_pool_destroy(sdpa_ctx *ctx)
 }
 
 int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
-                   const sdpa_plan *plan, int64_t items, sdpa_path_fn fn,
-                   sdpa_where *where)
+                   const sdpa_plan *plan, int64_t items, int64_t visit_rows,
+                   sdpa_path_fn fn, sdpa_where *where)
 {
     if (plan->threads <= 1 || items <= 1) {
         /* serial gemms here too: a BLAS's results may depend on its thread
          * count (BLIS's do), and one worker must give the bits of several */
         const sdpa_blas_serial blas_was = sdpa_blas_serial_begin();
         int status = SDPA_OK;
-        for (int64_t item = 0; item < items && status == SDPA_OK; item++)
-            status = fn(problem, plan, ctx->kernel, ctx->scratch[0].ptr, item,
-                        where);
+        int64_t failed = INT64_MAX; /* the lowest failing item so far */
+        for (int64_t n = 0; n < items; n++) {
+            int64_t item = visited_item(n, items, visit_rows);
+            if (item > failed)
+                continue; /* a lower one failed: not reported */
+            sdpa_where at = {-1, -1, -1};
+            int item_status =
+                fn(problem, plan, ctx->kernel, ctx->scratch[0].ptr, item, &at);
+            if (item_status != SDPA_OK) {
+                failed = item;
+                status = item_status;
+                *where = at;
+            }
+        }
         sdpa_blas_serial_end(&blas_was);
         return status;
     }
     if (ctx->parallel_for)
-        return run_on_caller_threads(ctx, problem, plan, items, fn, where);
+        return run_on_caller_threads(ctx, problem, plan, items, visit_rows, fn,
+                                     where);
     int status = pool_grow(ctx, plan->threads);
     if (status != SDPA_OK)
         return status;
@@ -314,6 +349,7 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
     pool->plan = plan;
     pool->fn = fn;
     pool->items = items;
+    pool->visit_rows = visit_rows;
     atomic_store(&pool->next_item, 0);
     pool->failure.item = INT64_MAX;
     pool->failure.status = SDPA_OK;

@@ -17,6 +17,9 @@
  *  - Paged K/V (page lengths 1, 3 and 16, shuffled pages, vLLM's
  *    [page, slot, head, dim] layout and [page, head, slot, dim]) bitwise
  *    equal to the contiguous call on the same path.
+ *  - A paged decode's chunk items, run a chunk of every head at a time,
+ *    bitwise equal to contiguous, and the same failure reported of
+ *    several (the lowest batch, KV head, chunk).
  *  - A caller's parallel-for (threads of the test's own) bitwise equal to
  *    the context's workers; SDPA_NUM_THREADS_ALL likewise; a parallel-for
  *    that skips an item, calls one twice or names a bad worker fails
@@ -694,6 +697,79 @@ static void test_caller_threads(void **state)
     }
 }
 
+/* ---- A paged decode's chunk items, a chunk of every head at a time. -- */
+
+/* The decode runs a paged cache's chunk items in another order than a
+ * contiguous one's (src/pool.c, visited_item): the outputs stay bitwise
+ * equal, and of several failing items the same one is reported, the
+ * lowest (batch, KV head, chunk), on one worker, two, and a caller's
+ * pool of three. */
+static void test_paged_chunk_order(void **state)
+{
+    (void)state;
+    problem p = {
+        .n = 2, .hq = 6, .hkv = 3, .tq = 1, .tk = 112, .dk = 16, .dv = 8};
+    problem_make(&p, 51);
+    const size_t bytes = p.out.elems * sizeof(float);
+    float *want = malloc(bytes);
+    assert_non_null(want);
+    static const int paths[] = {SDPA_PATH_DECODE, SDPA_PATH_DECODE_BLAS};
+    for (int nan = 0; nan < 2; nan++) {
+        if (nan) {
+            /* key 5 of (batch 1, KV head 0): chunk 0 of item 3 · 7;
+             * key 90 of (batch 0, KV head 2): chunk 5 of item 2 · 7,
+             * visited later but lower, and the one reported */
+            tset(&p.k, 1, 0, 5, 0, NAN);
+            tset(&p.k, 0, 2, 90, 0, NAN);
+        }
+        rng r = {52};
+        pool pl = make_pool(&p, 16, SDPA_FLOAT32, false, &r);
+        for (size_t path = 0; path < 2; path++)
+            for (int runner = 0; runner < 3; runner++) {
+                sdpa_ctx *ctx = make_ctx(SDPA_KERNEL_AUTO, paths[path],
+                                         runner == 0 ? 1 : runner + 1);
+                /* chunks of 16 keys: 7 per (batch, KV head) */
+                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, 16),
+                                 SDPA_OK);
+                test_pool tp = {.workers = 3};
+                if (runner == 2)
+                    assert_int_equal(sdpa_ctx_set_parallel_for(
+                                         ctx, test_parallel_for, &tp, 3),
+                                     SDPA_OK);
+                sdpa_forward_args a = problem_args(&p);
+                int status = sdpa_forward(ctx, &a);
+                char message[256];
+                snprintf(message, sizeof message, "%s",
+                         sdpa_ctx_last_error(ctx));
+                memcpy(want, p.out.mem, bytes);
+                a.k = pl.k;
+                a.v = pl.v;
+                a.block_table = pl.table;
+                a.pages_per_seq = pl.pages_per_seq;
+                a.block_table_stride = pl.stride;
+                memset(p.out.mem, 0, bytes);
+                assert_int_equal(sdpa_forward(ctx, &a), status);
+                if (runner == 2 && paths[path] == SDPA_PATH_DECODE)
+                    assert_true(atomic_load(&tp.calls) >= 1);
+                if (!nan) {
+                    assert_int_equal(status, SDPA_OK);
+                    assert_memory_equal(want, p.out.mem, bytes);
+                } else {
+                    assert_int_equal(status, SDPA_ERR_NONFINITE);
+                    assert_non_null(
+                        strstr(message, "batch 0, head 4, query row 0 "));
+                    assert_string_equal(message, sdpa_ctx_last_error(ctx));
+                }
+                sdpa_ctx_destroy(ctx);
+            }
+        free(pl.kmem);
+        free(pl.vmem);
+        free(pl.table);
+    }
+    free(want);
+    problem_free(&p);
+}
+
 /* ---- Refusals. ------------------------------------------------------- */
 
 static void expect_refusal(sdpa_ctx *ctx, const sdpa_forward_args *a,
@@ -783,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_stream_decode_matches_blas),
         cmocka_unit_test(test_paged_equals_contiguous),
         cmocka_unit_test(test_caller_threads),
+        cmocka_unit_test(test_paged_chunk_order),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
