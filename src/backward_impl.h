@@ -57,7 +57,14 @@ static int NAME(backward_tile)(const sdpa_bwd_problem *bp,
     uint8_t *live = (uint8_t *)(scratch + bp->off_live);
     int64_t live_count = nk;
     if (p->mask.data || p->bias.data) {
-        sdpa_row_block blk = {b, hk, h, 1, i0 + a0, m, klo, khi};
+        sdpa_row_block blk = {.batch = b,
+                              .head_kv = hk,
+                              .head_first = h,
+                              .heads = 1,
+                              .row_first = i0 + a0,
+                              .rows = m,
+                              .key_begin = klo,
+                              .key_end = khi};
         live_count = sdpa_live_keys(p, &blk, klo, nk, live);
         if (live_count == 0)
             return SDPA_OK;

@@ -288,6 +288,10 @@ typedef struct sdpa_row_block {
     int64_t head_first, heads; /* query heads head_first .. + heads - 1 */
     int64_t row_first, rows;   /* query rows row_first .. + rows - 1 */
     int64_t key_begin, key_end;
+    /* K rows [next_key, next_end) of (next_batch, next_head_kv), valid
+     * keys its worker likely reads next (the streaming decode prefetches
+     * them in its last block; none when next_end <= next_key) */
+    int64_t next_batch, next_head_kv, next_key, next_end;
 } sdpa_row_block;
 
 /* live[j - kb] = 1 for each key j of [kb, kb + bk) that some row of the
@@ -398,6 +402,32 @@ int sdpa_decode_merge_item(const sdpa_problem *problem, const sdpa_plan *plan,
 int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
                    const sdpa_plan *plan, int64_t items, int64_t visit_rows,
                    sdpa_path_fn fn, sdpa_where *where);
+
+/* The item started n-th: items [0, items) as a grid of `rows` rows
+ * (item = row · columns + column) taken column by column. Why a grid: the
+ * decode's chunk items of a paged cache, (b · Hkv + KV head) · chunks +
+ * chunk, run a chunk of every head before the next chunk, so that the
+ * heads' rows of one page, which lie side by side in the pool, are read
+ * close together in time. Measured on Zen 5 (Ph: 32 heads, 4096 keys,
+ * f16, 16-key pages shuffled, one core): 1.89-2.02 ms against 2.29-2.36
+ * head by head; contiguous K/V are faster head by head (1.69-1.78 ms
+ * against 1.79-1.90). */
+static inline int64_t sdpa_visited_item(int64_t n, int64_t items, int64_t rows)
+{
+    if (rows <= 1)
+        return n;
+    return n % rows * (items / rows) + n / rows;
+}
+
+/* Its inverse: when `item` is started. */
+static inline int64_t sdpa_visit_position(int64_t item, int64_t items,
+                                          int64_t rows)
+{
+    if (rows <= 1)
+        return item;
+    const int64_t columns = items / rows;
+    return item % columns * rows + item / columns;
+}
 /* Starts the context's workers up to `workers` (the caller's thread is
  * worker 0) before the computation, so that running them later allocates
  * nothing and cannot fail half way. */

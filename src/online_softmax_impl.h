@@ -16,18 +16,18 @@ static void NAME(gather_queries)(const sdpa_problem *p,
                       p->q_type, dst + r * p->dim_k, p->dim_k);
 }
 
-/* The streaming kernels' prefetch hint: keys [j, j + n) of the block's
- * batch item and KV head in the K or V view, rows of `dim` elements, as
- * far as they lie in one page (the rest is not named). */
+/* The streaming kernels' prefetch hint: keys [j, j + n) of batch item b
+ * and KV head hk in the K or V view, rows of `dim` elements, as far as
+ * they lie in one page (the rest is not named). */
 static sdpa_row_prefetch NAME(kv_prefetch)(const sdpa_problem *p,
-                                           const sdpa_view *view,
-                                           const sdpa_row_block *blk, int64_t j,
-                                           int64_t n, int64_t dim)
+                                           const sdpa_view *view, int64_t b,
+                                           int64_t hk, int64_t j, int64_t n,
+                                           int64_t dim)
 {
     const int64_t es = (int64_t)sdpa_dtype_size(p->kv_type);
     sdpa_row_prefetch pf = {NULL, view->stride[2] * es, 0, dim * es, NULL};
     if (n > 0) {
-        pf.base = sdpa_kv_row(p, view, blk->batch, blk->head_kv, j);
+        pf.base = sdpa_kv_row(p, view, b, hk, j);
         pf.rows = sdpa_kv_span(p, j, n);
     }
     return pf;
@@ -52,10 +52,11 @@ static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
             /* V of the same keys, read next (same pages, same spans); in
              * the first block, whose K no V pass before it prefetched,
              * also K's next span */
-            sdpa_row_prefetch next =
-                NAME(kv_prefetch)(p, &p->v, blk, kb + j, span, p->dim_v);
-            const sdpa_row_prefetch own = NAME(kv_prefetch)(
-                p, &p->k, blk, kb + j + span, j1 - j - span, dk);
+            sdpa_row_prefetch next = NAME(kv_prefetch)(
+                p, &p->v, blk->batch, blk->head_kv, kb + j, span, p->dim_v);
+            const sdpa_row_prefetch own =
+                NAME(kv_prefetch)(p, &p->k, blk->batch, blk->head_kv,
+                                  kb + j + span, j1 - j - span, dk);
             if (first)
                 next.also = &own;
             rk->dot_rows(
@@ -91,13 +92,23 @@ static void NAME(block_values)(const sdpa_problem *p, const sdpa_plan *plan,
     const int64_t dv = p->dim_v;
     int64_t v_ld = sdpa_row_stride(&p->v, dv);
     if (plan->fused) {
+        /* the last block: the keys of the block the worker likely runs
+         * next, in another item (blk->next_*) */
+        const bool last = kb + plan->block_k >= key_end;
         for (int64_t j = j0; j < j1;) {
             int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
             /* K of the next block's keys, read next (up to key_end) */
             int64_t kn = kb + plan->block_k + j;
             int64_t ahead = kn < key_end ? key_end - kn : 0;
+            int64_t b = blk->batch, hk = blk->head_kv;
+            if (last) {
+                kn = blk->next_key + j;
+                ahead = kn < blk->next_end ? blk->next_end - kn : 0;
+                b = blk->next_batch;
+                hk = blk->next_head_kv;
+            }
             const sdpa_row_prefetch next = NAME(kv_prefetch)(
-                p, &p->k, blk, kn, span < ahead ? span : ahead, p->dim_k);
+                p, &p->k, b, hk, kn, span < ahead ? span : ahead, p->dim_k);
             rk->acc_rows(
                 s_rows + j, ld, m_rows,
                 sdpa_kv_row(p, &p->v, blk->batch, blk->head_kv, kb + j), v_ld,

@@ -21,8 +21,28 @@ static int NAME(decode_chunk_item)(const sdpa_problem *p, const sdpa_plan *plan,
     int64_t begin = chunk * plan->chunk_len;
     int64_t end =
         begin + plan->chunk_len < p->len_k ? begin + plan->chunk_len : p->len_k;
-    sdpa_row_block blk = {b, hk,       hk * p->group, p->group,
-                          0, p->len_q, begin,         end};
+    sdpa_row_block blk = {.batch = b,
+                          .head_kv = hk,
+                          .head_first = hk * p->group,
+                          .heads = p->group,
+                          .row_first = 0,
+                          .rows = p->len_q,
+                          .key_begin = begin,
+                          .key_end = end};
+    /* the item started after this one: its first block's valid keys */
+    const int64_t after =
+        sdpa_visit_position(item, plan->work_items, plan->visit_rows) + 1;
+    if (after < plan->work_items) {
+        int64_t next =
+            sdpa_visited_item(after, plan->work_items, plan->visit_rows);
+        int64_t next_group = next / plan->chunks;
+        blk.next_batch = next_group / p->heads_kv;
+        blk.next_head_kv = next_group % p->heads_kv;
+        blk.next_key = next % plan->chunks * plan->chunk_len;
+        int64_t valid = p->kv_lens ? p->kv_lens[blk.next_batch] : p->len_k;
+        blk.next_end = blk.next_key + plan->block_k;
+        blk.next_end = blk.next_end < valid ? blk.next_end : valid;
+    }
     int status =
         NAME(sdpa_online_softmax)(p, plan, kernel, scratch, &blk, where);
     if (status != SDPA_OK)

@@ -98,7 +98,14 @@ static int NAME(materialised_item)(const sdpa_problem *p, const sdpa_plan *plan,
     uint8_t *live = SDPA_REGION(uint8_t, plan, scratch, live);
     int64_t live_count = ncols;
     if (ncols > 0 && (p->mask.data || p->bias.data)) {
-        sdpa_row_block blk = {b, hk, h, 1, i0, rows, c0, c0 + ncols};
+        sdpa_row_block blk = {.batch = b,
+                              .head_kv = hk,
+                              .head_first = h,
+                              .heads = 1,
+                              .row_first = i0,
+                              .rows = rows,
+                              .key_begin = c0,
+                              .key_end = c0 + ncols};
         live_count = sdpa_live_keys(p, &blk, c0, ncols, live);
     }
     if (live_count < ncols)

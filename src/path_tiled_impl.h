@@ -10,8 +10,14 @@ static int NAME(tiled_item)(const sdpa_problem *p, const sdpa_plan *plan,
     int64_t i0 = q_block * plan->block_q;
     int64_t rows =
         p->len_q - i0 < plan->block_q ? p->len_q - i0 : plan->block_q;
-    sdpa_row_block blk = {b,    hk, hk * p->group, p->group, i0,
-                          rows, 0,  p->len_k};
+    sdpa_row_block blk = {.batch = b,
+                          .head_kv = hk,
+                          .head_first = hk * p->group,
+                          .heads = p->group,
+                          .row_first = i0,
+                          .rows = rows,
+                          .key_begin = 0,
+                          .key_end = p->len_k};
     int status =
         NAME(sdpa_online_softmax)(p, plan, kernel, scratch, &blk, where);
     const T *acc = SDPA_REGION(T, plan, scratch, o);

@@ -28,22 +28,6 @@ typedef struct first_failure {
     int status;
 } first_failure;
 
-/* The item started n-th: items [0, items) as a grid of `rows` rows
- * (item = row · columns + column) taken column by column. Why a grid: the
- * decode's chunk items of a paged cache, (b · Hkv + KV head) · chunks +
- * chunk, run a chunk of every head before the next chunk, so that the
- * heads' rows of one page, which lie side by side in the pool, are read
- * close together in time. Measured on Zen 5 (Ph: 32 heads, 4096 keys,
- * f16, 16-key pages shuffled, one core): 1.89-2.02 ms against 2.29-2.36
- * head by head; contiguous K/V are faster head by head (1.69-1.78 ms
- * against 1.79-1.90). */
-static int64_t visited_item(int64_t n, int64_t items, int64_t rows)
-{
-    if (rows <= 1)
-        return n;
-    return n % rows * (items / rows) + n / rows;
-}
-
 static void failure_note(first_failure *f, int64_t item, sdpa_where where,
                          int status)
 {
@@ -93,7 +77,7 @@ static void run_share(sdpa_pool *pool, int worker)
         int64_t n = atomic_fetch_add(&pool->next_item, 1);
         if (n >= pool->items)
             break;
-        int64_t item = visited_item(n, pool->items, pool->visit_rows);
+        int64_t item = sdpa_visited_item(n, pool->items, pool->visit_rows);
         sdpa_where where = {-1, -1, -1};
         int status = pool->fn(pool->problem, pool->plan, pool->ctx->kernel,
                               scratch, item, &where);
@@ -221,7 +205,7 @@ static void caller_task(void *arg, int64_t n, int worker)
         return;
     }
     /* the caller's n-th task: its pool likely starts them in order */
-    const int64_t item = visited_item(n, job->items, job->visit_rows);
+    const int64_t item = sdpa_visited_item(n, job->items, job->visit_rows);
     const uint64_t bit = UINT64_C(1) << (item % 64);
     if (atomic_fetch_or(&job->taken[item / 64], bit) & bit) {
         atomic_store(&job->bad_call, true); /* called twice */
@@ -321,7 +305,7 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
         int status = SDPA_OK;
         int64_t failed = INT64_MAX; /* the lowest failing item so far */
         for (int64_t n = 0; n < items; n++) {
-            int64_t item = visited_item(n, items, visit_rows);
+            int64_t item = sdpa_visited_item(n, items, visit_rows);
             if (item > failed)
                 continue; /* a lower one failed: not reported */
             sdpa_where at = {-1, -1, -1};
