@@ -29,9 +29,13 @@ static int NAME(decode_chunk_item)(const sdpa_problem *p, const sdpa_plan *plan,
                           .rows = p->len_q,
                           .key_begin = begin,
                           .key_end = end};
-    /* the item started after this one: its first block's valid keys */
+    /* The item this worker likely starts next: its first block's valid
+     * keys. The workers claim items in visiting order, so that is about
+     * plan->threads places on (Ph on 2 workers, A/B: 1.38-1.43 ms against
+     * 1.58-1.67 with the very next item). */
+    const int64_t workers = plan->threads > 1 ? plan->threads : 1;
     const int64_t after =
-        sdpa_visit_position(item, plan->work_items, plan->visit_rows) + 1;
+        sdpa_visit_position(item, plan->work_items, plan->visit_rows) + workers;
     if (after < plan->work_items) {
         int64_t next =
             sdpa_visited_item(after, plan->work_items, plan->visit_rows);
