@@ -639,7 +639,11 @@ static inline sdpa_tensor sdpa_tensor_bthd(void *data, int64_t n, int64_t h,
  * that is NaN, +inf, or -inf for a row that has allowed keys), after which
  * the outputs hold unspecified values. Results are bitwise identical for
  * every SDPA_OPT_NUM_THREADS; the work splits over (batch item, KV head),
- * coarser when k or v is broadcast over N or dbias over N or the heads. */
+ * coarser when k or v is broadcast over N or dbias over N or the heads.
+ * With fewer such pairs than workers (and no broadcast gradient, dbias
+ * over the keys included) it runs in two passes that split further, dk
+ * and dv per key block then dq per query tile: seven products per tile
+ * instead of five, spread over the workers, with the same bits. */
 typedef struct sdpa_backward_args {
     size_t struct_size; /* sizeof(sdpa_backward_args) */
     int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64 */

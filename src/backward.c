@@ -20,7 +20,13 @@
  * so the backward costs five gemms where the forward has two. A work item
  * is one (batch item, KV head): it owns the dq rows of the group's heads
  * and the dk, dv rows of its KV head, and sums in a fixed order, so the
- * results are bitwise the same for every thread count. Outputs a broadcast
+ * results are bitwise the same for every thread count. A call with fewer
+ * such pairs than workers (shape D: one) runs split instead, in two
+ * passes that each spread over the workers: dK and dV per key block, then
+ * dQ per query tile, seven gemms per tile pair instead of five. Each tile
+ * is computed as in the single pass, in the same order for every output,
+ * so the split gives the same bits; with nothing else changing, whether
+ * to split may then depend on the worker count. Outputs a broadcast
  * shares are owned by coarser items: with k or v broadcast over N an item
  * spans every batch item (dk, dv sum over them, the batch loop inside the
  * key loop), and likewise with dbias broadcast over N; with dbias
@@ -68,14 +74,24 @@ typedef struct sdpa_bwd_problem {
     int64_t item_batches;  /* batch items per work item: 1 or N */
     int64_t item_heads;    /* KV heads per work item: 1 or Hkv */
     int64_t block_q, block_k, score_ld;
+    int64_t key_blocks,
+        query_tiles; /* ceil(Tk / block_k), ceil(Tq / block_q) */
     /* byte offsets of one worker's scratch regions */
     size_t off_s, off_dp, off_dk, off_dv, off_d, off_t, off_mask, off_bias,
         off_live, off_range;
     size_t worker_bytes;
 } sdpa_bwd_problem;
 
+/* The gradients a tile adds to (backward_impl.h, backward_tile). */
+enum { BWD_KV = 1u, BWD_Q = 2u };
+
 /* Defines (greppable names of what NAME() pastes together):
  *   backward_item_f32   backward_item_f64   (static)
+ *   backward_kv_item_f32 backward_kv_item_f64 (static)
+ *   backward_q_item_f32 backward_q_item_f64 (static)
+ *   tile_rows_f32       tile_rows_f64       (static)
+ *   block_keys_f32      block_keys_f64      (static)
+ *   tile_sees_f32       tile_sees_f64       (static)
  *   backward_tile_f32   backward_tile_f64   (static)
  *   store_block_f32     store_block_f64     (static)
  *   add_alibi_f32       add_alibi_f64       (static, row_terms_impl.h)
@@ -88,6 +104,22 @@ static int backward_item(const sdpa_problem *p, const sdpa_plan *plan,
                          sdpa_where *where)
 {
     return SDPA_BY_DTYPE(p, backward_item, p, plan, kernel, scratch, item,
+                         where);
+}
+
+static int backward_kv_item(const sdpa_problem *p, const sdpa_plan *plan,
+                            int kernel, void *scratch, int64_t item,
+                            sdpa_where *where)
+{
+    return SDPA_BY_DTYPE(p, backward_kv_item, p, plan, kernel, scratch, item,
+                         where);
+}
+
+static int backward_q_item(const sdpa_problem *p, const sdpa_plan *plan,
+                           int kernel, void *scratch, int64_t item,
+                           sdpa_where *where)
+{
+    return SDPA_BY_DTYPE(p, backward_q_item, p, plan, kernel, scratch, item,
                          where);
 }
 
@@ -352,6 +384,8 @@ static bool plan_backward(const sdpa_ctx *ctx, sdpa_bwd_problem *bp)
     bk = bk ? bk : BWD_BLOCK_K;
     bp->block_q = min64(bq, p->len_q);
     bp->block_k = min64(bk, p->len_k);
+    bp->key_blocks = (p->len_k + bp->block_k - 1) / bp->block_k;
+    bp->query_tiles = (p->len_q + bp->block_q - 1) / bp->block_q;
     const int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
     bp->score_ld = (bp->block_k + per_line - 1) / per_line * per_line;
     if (bp->score_ld > INT_MAX)
@@ -465,15 +499,42 @@ int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
     sdpa_plan plan = {0};
     plan.work_items = p->batch / bp.item_batches *
                       (p->heads_kv / bp.item_heads); /* <= N · Hkv */
-    plan.threads = (int)min64(sdpa_thread_budget(ctx), plan.work_items);
-    plan.reserve_workers =
-        ctx->parallel_for ? ctx->parallel_workers : plan.threads;
+    int64_t budget = sdpa_thread_budget(ctx);
     /* Workers whose gemms the BLAS threads would queue on its lock: let
      * the BLAS use the cores (only the worker count changes). */
     double dmax = (double)(p->dim_k > p->dim_v ? p->dim_k : p->dim_v);
     if (sdpa_blas_threads() > 1 &&
         (double)bp.block_q * (double)bp.block_k * dmax > SDPA_BLAS_SERIAL_MNK)
-        plan.threads = 1;
+        budget = 1;
+    /* Split (see the top) where it takes less time, counting gemms per
+     * (tile, key block) in rounds of `budget` workers: a pair's W of them
+     * cost 5W in one item; split, a key block's item costs 4W/blocks and
+     * a tile's 3W/tiles. Only without a broadcast gradient that items of
+     * the split would share: dk, dv or dbias over N and dbias over the
+     * heads (whose single-pass items span several pairs), dbias over the
+     * keys (which the key blocks would share). The pass items cannot
+     * overflow: at most the elements of K and of Q, which validation
+     * bounds. */
+    const bool dbias_keys =
+        bp.dbias.data && bp.dbias_shape[3] == 1 && p->len_k > 1;
+    const int64_t pairs = plan.work_items;
+    const int64_t kv_items = pairs * bp.key_blocks;
+    const int64_t q_items = p->batch * p->heads_q * bp.query_tiles;
+    const double tiles = (double)(p->group * bp.query_tiles);
+    const double one_pass = 5.0 * (double)((pairs + budget - 1) / budget);
+    const double two_passes =
+        4.0 * (double)((kv_items + budget - 1) / budget) /
+            (double)bp.key_blocks +
+        3.0 * (double)((q_items + budget - 1) / budget) / tiles;
+    const bool split = budget > 1 && bp.item_batches == 1 &&
+                       bp.item_heads == 1 && !dbias_keys &&
+                       two_passes < one_pass;
+    /* workers for the most items of a pass; each pass takes its own */
+    plan.threads =
+        (int)min64(budget, split ? (kv_items > q_items ? kv_items : q_items)
+                                 : plan.work_items);
+    plan.reserve_workers =
+        ctx->parallel_for ? ctx->parallel_workers : plan.threads;
     status =
         sdpa_scratch_reserve(ctx, plan.reserve_workers, bp.worker_bytes, 0);
     if (status == SDPA_OK)
@@ -484,8 +545,19 @@ int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
     if (bp.dbias.data)
         zero_dbias(&bp);
     sdpa_where where = {-1, -1, -1};
-    status = sdpa_run_items(ctx, &bp.p, &plan, plan.work_items, 1,
-                            backward_item, &where);
+    if (split) {
+        const int workers = plan.threads;
+        plan.threads = (int)min64(workers, kv_items);
+        status = sdpa_run_items(ctx, &bp.p, &plan, kv_items, 1,
+                                backward_kv_item, &where);
+        plan.threads = (int)min64(workers, q_items);
+        if (status == SDPA_OK)
+            status = sdpa_run_items(ctx, &bp.p, &plan, q_items, 1,
+                                    backward_q_item, &where);
+    } else {
+        status = sdpa_run_items(ctx, &bp.p, &plan, plan.work_items, 1,
+                                backward_item, &where);
+    }
     if (status == SDPA_ERR_NONFINITE)
         return sdpa_fail(ctx, status,
                          "sdpa_backward: batch %lld, head %lld, query row "

@@ -24,12 +24,14 @@ static void NAME(store_block)(const sdpa_view *view, int64_t b, int64_t hk,
  *   dV_blk += Pᵀ dO,  dP = dO V_blkᵀ,  dS = P ∘ (dP − D) (∘ the soft-cap's
  *   derivative),  dK_blk += scale · dSᵀ Q,  dQ += scale · dS K_blk,
  * every product over the runs of live keys only (keys no row of the tile
- * may see are never read). */
+ * may see are never read). `parts` (BWD_KV, BWD_Q or both) says which
+ * gradients it adds to: dV, dK and dbias, or dQ; S, P, dP and dS are the
+ * same bits either way. */
 static int NAME(backward_tile)(const sdpa_bwd_problem *bp,
                                const NAME(sdpa_row_kernels) * rk, char *scratch,
                                int64_t b, int64_t h, int64_t hk, int64_t i0,
                                int64_t rows, int64_t kb, int64_t bk,
-                               sdpa_where *where)
+                               unsigned parts, sdpa_where *where)
 {
     const sdpa_problem *p = &bp->p;
     const int64_t dk = p->dim_k, dv = p->dim_v, ld = bp->score_ld;
@@ -165,7 +167,7 @@ static int NAME(backward_tile)(const sdpa_bwd_problem *bp,
         for (int64_t j = lo + len; j < nk; j++)
             x[j] = g[j] = 0;
         T *gr = g + lo;
-        if (bp->dbias.data) {
+        if (bp->dbias.data && (parts & BWD_KV)) {
             T *db = AT(&bp->dbias, b, h, i);
             const int64_t step = bp->dbias.stride[3];
             for (int64_t j = 0; j < len; j++) {
@@ -186,16 +188,44 @@ static int NAME(backward_tile)(const sdpa_bwd_problem *bp,
     for (int64_t j0 = 0, j1 = 0; sdpa_live_run(live, live_count, nk, &j0, &j1);
          j0 = j1) {
         const int n = (int)(j1 - j0);
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)dv, (int)m, (T)1,
-             s + j0, (int)ld, dout, (int)do_ld, (T)1, dv_acc + j0 * dv,
-             (int)dv);
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)dk, (int)m, scale,
-             dp + j0, (int)ld, q, (int)q_ld, (T)1, dk_acc + j0 * dk, (int)dk);
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)dk, n,
-             scale, dp + j0, (int)ld, k + j0 * k_ld, (int)k_ld, (T)1, dq,
-             (int)dq_ld);
+        if (parts & BWD_KV) {
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)dv, (int)m,
+                 (T)1, s + j0, (int)ld, dout, (int)do_ld, (T)1,
+                 dv_acc + j0 * dv, (int)dv);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)dk, (int)m,
+                 scale, dp + j0, (int)ld, q, (int)q_ld, (T)1, dk_acc + j0 * dk,
+                 (int)dk);
+        }
+        if (parts & BWD_Q)
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)dk, n,
+                 scale, dp + j0, (int)ld, k + j0 * k_ld, (int)k_ld, (T)1, dq,
+                 (int)dq_ld);
     }
     return SDPA_OK;
+}
+
+/* Rows in query tile i0 (of any head). */
+static int64_t NAME(tile_rows)(const sdpa_bwd_problem *bp, int64_t i0)
+{
+    const int64_t left = bp->p.len_q - i0;
+    return left < bp->block_q ? left : bp->block_q;
+}
+
+/* Keys in key block kb. */
+static int64_t NAME(block_keys)(const sdpa_bwd_problem *bp, int64_t kb)
+{
+    const int64_t left = bp->p.len_k - kb;
+    return left < bp->block_k ? left : bp->block_k;
+}
+
+/* Whether query tile i0 of batch item b sees key block [kb, kb + bk) at
+ * all: the tiles whose rows all end before the block or start after it
+ * are skipped. */
+static bool NAME(tile_sees)(const sdpa_problem *p, int64_t b, int64_t i0,
+                            int64_t rows, int64_t kb, int64_t bk)
+{
+    return sdpa_key_limit(p, b, i0 + rows - 1) > kb &&
+           sdpa_key_start(p, b, i0) < kb + bk;
 }
 
 static int NAME(backward_item)(const sdpa_problem *problem,
@@ -232,8 +262,7 @@ static int NAME(backward_item)(const sdpa_problem *problem,
     for (int64_t hk = hk0; hk < hk0 + bp->item_heads; hk++)
         for (int64_t bo = 0; bo < outer; bo++)
             for (int64_t kb = 0; kb < p->len_k; kb += bp->block_k) {
-                int64_t bk =
-                    p->len_k - kb < bp->block_k ? p->len_k - kb : bp->block_k;
+                int64_t bk = NAME(block_keys)(bp, kb);
                 for (int64_t x = 0; x < bk * dk; x++)
                     dk_acc[x] = 0;
                 for (int64_t x = 0; x < bk * dv; x++)
@@ -243,17 +272,12 @@ static int NAME(backward_item)(const sdpa_problem *problem,
                     for (int64_t h = hk * p->group; h < (hk + 1) * p->group;
                          h++)
                         for (int64_t i0 = 0; i0 < p->len_q; i0 += bp->block_q) {
-                            int64_t rows = p->len_q - i0 < bp->block_q
-                                               ? p->len_q - i0
-                                               : bp->block_q;
-                            /* skip tiles whose rows all end before the
-                             * block or start after it */
-                            if (sdpa_key_limit(p, b, i0 + rows - 1) <= kb ||
-                                sdpa_key_start(p, b, i0) >= kb + bk)
+                            int64_t rows = NAME(tile_rows)(bp, i0);
+                            if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
                                 continue;
-                            int status =
-                                NAME(backward_tile)(bp, rk, scratch, b, h, hk,
-                                                    i0, rows, kb, bk, where);
+                            int status = NAME(backward_tile)(
+                                bp, rk, scratch, b, h, hk, i0, rows, kb, bk,
+                                BWD_KV | BWD_Q, where);
                             if (status != SDPA_OK)
                                 return status;
                         }
@@ -268,5 +292,82 @@ static int NAME(backward_item)(const sdpa_problem *problem,
                 if (!shared || bp->v_bcast)
                     NAME(store_block)(&bp->dv, b, hk, kb, bk, dv, dv_acc);
             }
+    return SDPA_OK;
+}
+
+/* The split backward (backward.c, bp->split), for calls with fewer
+ * (batch item, KV head) pairs than workers and no broadcast gradient:
+ * the tiles of backward_item in two passes that each spread over the
+ * workers. Every tile runs with the same inputs in the same order as in
+ * backward_item, so every gradient is bitwise the same.
+ *
+ * Pass 1, item (b · Hkv + KV head) · key blocks + block: dV, dK (and
+ * dbias) of one key block, from every query tile of the group's heads. */
+static int NAME(backward_kv_item)(const sdpa_problem *problem,
+                                  const sdpa_plan *plan, int kernel,
+                                  void *scratch, int64_t item,
+                                  sdpa_where *where)
+{
+    (void)plan;
+    const sdpa_bwd_problem *bp =
+        (const sdpa_bwd_problem *)(const void *)problem;
+    const sdpa_problem *p = &bp->p;
+    const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
+    const int64_t pair = item / bp->key_blocks;
+    const int64_t hk = pair % p->heads_kv, b = pair / p->heads_kv;
+    const int64_t kb = item % bp->key_blocks * bp->block_k;
+    const int64_t bk = NAME(block_keys)(bp, kb);
+    const int64_t dk = p->dim_k, dv = p->dim_v;
+    T *dk_acc = (T *)(void *)((char *)scratch + bp->off_dk);
+    T *dv_acc = (T *)(void *)((char *)scratch + bp->off_dv);
+    for (int64_t x = 0; x < bk * dk; x++)
+        dk_acc[x] = 0;
+    for (int64_t x = 0; x < bk * dv; x++)
+        dv_acc[x] = 0;
+    for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
+        for (int64_t i0 = 0; i0 < p->len_q; i0 += bp->block_q) {
+            int64_t rows = NAME(tile_rows)(bp, i0);
+            if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
+                continue;
+            int status = NAME(backward_tile)(bp, rk, scratch, b, h, hk, i0,
+                                             rows, kb, bk, BWD_KV, where);
+            if (status != SDPA_OK)
+                return status;
+        }
+    NAME(store_block)(&bp->dk, b, hk, kb, bk, dk, dk_acc);
+    NAME(store_block)(&bp->dv, b, hk, kb, bk, dv, dv_acc);
+    return SDPA_OK;
+}
+
+/* Pass 2, item (b · Hq + head) · query tiles + tile: dQ of one query tile,
+ * from every key block in order. */
+static int NAME(backward_q_item)(const sdpa_problem *problem,
+                                 const sdpa_plan *plan, int kernel,
+                                 void *scratch, int64_t item, sdpa_where *where)
+{
+    (void)plan;
+    const sdpa_bwd_problem *bp =
+        (const sdpa_bwd_problem *)(const void *)problem;
+    const sdpa_problem *p = &bp->p;
+    const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
+    const int64_t pair = item / bp->query_tiles;
+    const int64_t h = pair % p->heads_q, b = pair / p->heads_q;
+    const int64_t hk = h / p->group;
+    const int64_t i0 = item % bp->query_tiles * bp->block_q;
+    const int64_t rows = NAME(tile_rows)(bp, i0);
+    for (int64_t i = i0; i < i0 + rows; i++) {
+        T *row = AT(&bp->dq, b, h, i);
+        for (int64_t c = 0; c < p->dim_k; c++)
+            row[c] = 0;
+    }
+    for (int64_t kb = 0; kb < p->len_k; kb += bp->block_k) {
+        int64_t bk = NAME(block_keys)(bp, kb);
+        if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
+            continue;
+        int status = NAME(backward_tile)(bp, rk, scratch, b, h, hk, i0, rows,
+                                         kb, bk, BWD_Q, where);
+        if (status != SDPA_OK)
+            return status;
+    }
     return SDPA_OK;
 }

@@ -17,8 +17,9 @@
  * (broadcast: dbias sums), soft-cap, windows, ALiBi, sinks (dsinks), both
  * empty-row policies, 1..4 threads, small tiles; float and double; every
  * kernel the CPU has. Also: central finite differences in float64, bitwise
- * identity across thread counts, no allocation on a repeated call, and
- * errors leaving the outputs untouched.
+ * identity across thread counts (the split two-pass backward of a single
+ * (batch item, KV head) pair included), no allocation on a repeated call,
+ * and errors leaving the outputs untouched.
  *
  * Tolerances, derived from the dtype as tests/test_random.c does (eps =
  * FLT_EPSILON or DBL_EPSILON; L, A, S the logit, ALiBi and sink bounds,
@@ -1076,6 +1077,20 @@ static void threads_case(cfg *c, uint64_t seed, int dtype, int variant)
         c->bias_b[d] = 0;
     if (variant == 2) /* dbias summed over heads and rows */
         c->bias_b[1] = c->bias_b[2] = 3;
+    if (variant >= 3) {
+        /* One (batch item, KV head) pair, a GQA group of 2: on 2 and 3
+         * workers the backward runs split (src/backward.c), dK/dV per key
+         * block then dQ per query tile; dbias full (3), summed over the
+         * rows (4: split too), summed over the keys (5: not split) */
+        c->N = 1;
+        c->Hq = 2;
+        c->Hkv = 1;
+        c->kv_lens[0] = 40;
+        if (variant == 4)
+            c->bias_b[2] = 3;
+        if (variant == 5)
+            c->bias_b[3] = 3;
+    }
     c->use_sinks = c->want_dsinks = 1;
 }
 
@@ -1085,7 +1100,7 @@ static void test_threads_bitwise(void **state)
     sdpa_ctx *ctx = NULL;
     assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
     for (int dtype = SDPA_FLOAT32; dtype <= SDPA_FLOAT64; ++dtype)
-        for (int variant = 0; variant < 3; ++variant) {
+        for (int variant = 0; variant < 6; ++variant) {
             cfg c;
             threads_case(&c, 4242 + (uint64_t)variant, dtype, variant);
             inst s;
