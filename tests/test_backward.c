@@ -1135,6 +1135,26 @@ static void test_threads_bitwise(void **state)
             }
             for (int x = 0; x < 4; ++x)
                 free(first[x]);
+            if (variant >= 3) {
+                /* of two failures, every thread count reports the same
+                 * one (split or not, the lowest item's first) */
+                tset(&s.lse, 0, 1, 3, 0, NAN);
+                tset(&s.lse, 0, 0, 33, 0, NAN);
+                char once[256] = "";
+                for (int threads = 1; threads <= 3; ++threads) {
+                    assert_int_equal(
+                        sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
+                        SDPA_OK);
+                    assert_int_equal(sdpa_backward(ctx, &s.ba),
+                                     SDPA_ERR_NONFINITE);
+                    if (threads == 1)
+                        snprintf(once, sizeof once, "%s",
+                                 sdpa_ctx_last_error(ctx));
+                    else
+                        assert_string_equal(once, sdpa_ctx_last_error(ctx));
+                }
+                assert_non_null(strstr(once, "batch 0, head "));
+            }
             inst_free(&s);
         }
     sdpa_ctx_destroy(ctx);
