@@ -53,6 +53,8 @@
 
 #include "reference.h"
 #include "sdpa.h"
+#include "checks.h"
+#include "problem.h"
 #include "testutil.h"
 
 static int g_float = SDPA_FLOAT32;
@@ -63,24 +65,9 @@ static const char *dt_name(int dtype)
     return dtype == SDPA_FLOAT32 ? "float" : "double";
 }
 
-static const char *path_name(int p)
-{
-    static const char *n[] = {"AUTO", "MATERIALISED", "TILED", "DECODE"};
-    return n[p];
-}
-
 /* ---- A problem: contiguous BHTD tensors, optional 1.1 fields. --------- */
 
-enum { MAXH = 8 };
-
-typedef struct prob {
-    int dtype;
-    int64_t N, Hq, Hkv, Tq, Tk, Dk, Dv;
-    int64_t kv_lens[4];
-    double slopes[MAXH], sinks[MAXH];
-    tbuf q, k, v, mask, bias, out, w, lse, lg;
-    sdpa_forward_args a;
-} prob;
+typedef test_problem prob;
 
 /* q and k uniform in [-amp, amp) with amp chosen so that |logit| stays
  * around 3; v in [-1, 1). */
@@ -89,81 +76,8 @@ static void prob_make(prob *p, int dtype, uint64_t seed, int64_t N, int64_t Hq,
                       int64_t Dv)
 {
     rng r = {seed * UINT64_C(0x9E3779B97F4A7C15) + 17};
-    memset(p, 0, sizeof *p);
-    p->dtype = dtype;
-    p->N = N;
-    p->Hq = Hq;
-    p->Hkv = Hkv;
-    p->Tq = Tq;
-    p->Tk = Tk;
-    p->Dk = Dk;
-    p->Dv = Dv;
-    const double amp = sqrt(3.0 / sqrt((double)Dk));
-    tbuf_make(&p->q, dtype, N, Hq, Tq, Dk, LAYOUT_BHTD, 0);
-    tbuf_make(&p->k, dtype, N, Hkv, Tk, Dk, LAYOUT_BHTD, 0);
-    tbuf_make(&p->v, dtype, N, Hkv, Tk, Dv, LAYOUT_BHTD, 0);
-    tbuf_fill_random(&p->q, &r, amp);
-    tbuf_fill_random(&p->k, &r, amp);
-    tbuf_fill_random(&p->v, &r, 1.0);
-    tbuf_make(&p->out, dtype, N, Hq, Tq, Dv, LAYOUT_BHTD, 0);
-    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
-    a.dtype = dtype;
-    a.q = p->q.t;
-    a.k = p->k.t;
-    a.v = p->v.t;
-    a.out = p->out.t;
-    p->a = a;
-}
-
-static void prob_outputs(prob *p, int weights, int lse, int logits_stage)
-{
-    if (weights) {
-        tbuf_make(&p->w, p->dtype, p->N, p->Hq, p->Tq, p->Tk, LAYOUT_BHTD, 0);
-        p->a.weights = p->w.t;
-    }
-    if (lse) {
-        tbuf_make(&p->lse, p->dtype, p->N, p->Hq, p->Tq, 1, LAYOUT_BHTD, 0);
-        p->a.lse = p->lse.t;
-    }
-    if (logits_stage) {
-        tbuf_make(&p->lg, p->dtype, p->N, p->Hq, p->Tq, p->Tk, LAYOUT_BHTD, 0);
-        p->a.logits = p->lg.t;
-        p->a.logits_stage = logits_stage;
-    }
-}
-
-static void prob_window(prob *p, int64_t left, int64_t right)
-{
-    p->a.flags |= SDPA_FLAG_WINDOW;
-    p->a.window_left = left;
-    p->a.window_right = right;
-}
-
-static void prob_alibi(prob *p, const double *slopes)
-{
-    memcpy(p->slopes, slopes, (size_t)p->Hq * sizeof(double));
-    p->a.alibi_slopes = p->slopes;
-}
-
-static void prob_sinks(prob *p, const double *sinks)
-{
-    memcpy(p->sinks, sinks, (size_t)p->Hq * sizeof(double));
-    p->a.sinks = p->sinks;
-}
-
-static void prob_kvlens(prob *p, const int64_t *lens)
-{
-    memcpy(p->kv_lens, lens, (size_t)p->N * sizeof(int64_t));
-    p->a.kv_lens = p->kv_lens;
-}
-
-/* A full [N, Hq, Tq, Tk] mask, each key forbidden with probability pr. */
-static void prob_mask_random(prob *p, rng *r, double pr)
-{
-    tbuf_make(&p->mask, ELEM_U8, p->N, p->Hq, p->Tq, p->Tk, LAYOUT_BHTD, 0);
-    for (size_t i = 0; i < p->mask.elems; ++i)
-        ((unsigned char *)p->mask.mem)[i] = rng_unit(r) < pr ? 1 : 0;
-    p->a.mask = p->mask.t;
+    tp_make(p, dtype, &r, sqrt(3.0 / sqrt((double)Dk)), N, Hq, Hkv, Tq, Tk, Dk,
+            Dv);
 }
 
 /* A [1, Hq, Tq, Tk] bias in [-1, 1), -inf with probability ninf. */
@@ -178,89 +92,15 @@ static void prob_bias_random(prob *p, rng *r, double ninf)
     p->a.bias = p->bias.t;
 }
 
-static void prob_free(prob *p)
-{
-    tbuf_free(&p->q);
-    tbuf_free(&p->k);
-    tbuf_free(&p->v);
-    tbuf_free(&p->mask);
-    tbuf_free(&p->bias);
-    tbuf_free(&p->out);
-    tbuf_free(&p->w);
-    tbuf_free(&p->lse);
-    tbuf_free(&p->lg);
-}
-
-static void clear_outputs(prob *p)
-{
-    tbuf *o[] = {&p->out, &p->w, &p->lse, &p->lg};
-    for (int i = 0; i < 4; ++i)
-        if (o[i]->mem)
-            fill_sentinel(o[i]->mem, o[i]->elems * o[i]->esize);
-}
-
-/* 1 when every byte of every output buffer still holds the sentinel. */
-static int outputs_untouched(const prob *p)
-{
-    const tbuf *o[] = {&p->out, &p->w, &p->lse, &p->lg};
-    for (int i = 0; i < 4; ++i)
-        if (o[i]->mem &&
-            first_non_sentinel(o[i]->mem, o[i]->elems * o[i]->esize) >= 0)
-            return 0;
-    return 1;
-}
-
-/* Fill with NaN the K / V rows that no query row of any head reading them
- * may see (the reference's allowed map); returns how many K rows. */
-static long poison_unseen(prob *p, const ref_result *r)
-{
-    const int64_t g = p->Hq / p->Hkv;
-    long n = 0;
-    for (int64_t b = 0; b < p->N; ++b)
-        for (int64_t hk = 0; hk < p->Hkv; ++hk)
-            for (int64_t j = 0; j < p->Tk; ++j) {
-                int seen = 0;
-                for (int64_t h = hk * g; h < (hk + 1) * g && !seen; ++h)
-                    for (int64_t i = 0; i < p->Tq && !seen; ++i)
-                        seen =
-                            r->allowed[(size_t)((b * p->Hq + h) * p->Tq + i) *
-                                           (size_t)p->Tk +
-                                       (size_t)j];
-                if (seen)
-                    continue;
-                for (int64_t d = 0; d < p->Dk; ++d)
-                    tset(&p->k, b, hk, j, d, NAN);
-                for (int64_t d = 0; d < p->Dv; ++d)
-                    tset(&p->v, b, hk, j, d, NAN);
-                n++;
-            }
-    return n;
-}
-
 /* ---- Tolerances: test_random.c's derivation (see its header). --------- */
 
-typedef struct tol {
-    double w, logit, out, lse_abs, lse_rel;
-} tol;
+typedef test_tol tol;
 
 static tol tolerance(const prob *p, const sdpa_forward_args *a,
                      const ref_result *r)
 {
-    const double eps = p->dtype == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
-    const double L = (double)r->logit_absmax;
-    const double A = (double)r->alibi_absmax, S = (double)r->sink_absmax;
-    const double Tk = (double)p->Tk, Dk = (double)p->Dk;
-    const double Tk1 = Tk + (a->sinks ? 1 : 0);
-    const double e_s = (Dk + 4) * eps * L +
-                       4 * eps * (1 + L + A + S + a->softcap) + 2 * eps * A;
-    const double e_p = 2 * e_s + (Tk1 + 16) * eps;
-    tol t;
-    t.w = 2 * e_p;
-    t.logit = 2 * e_s;
-    t.out = 2 * ((double)r->v_absmax + 1e-300) * (e_p + (Tk + 4) * eps);
-    t.lse_abs = 2 * (e_s + (Tk1 + 16) * eps);
-    t.lse_rel = 2 * eps;
-    return t;
+    return tp_forward_tol(tp_eps(p->dtype), r, p->Tk, p->Dk, a->softcap,
+                          a->sinks != NULL, 0, 0);
 }
 
 /* The value x as the dtype holds it. */
@@ -285,7 +125,7 @@ static void mismatch(const where *w, const char *what, int64_t b, int64_t h,
         return;
     print_message("  MISMATCH %s %s path=%s kernel=%s: %s[%lld,%lld,%lld,%lld] "
                   "got %.17g expected %.17g (tolerance %.3g)\n",
-                  w->name, dt_name(w->dtype), path_name(w->path),
+                  w->name, dt_name(w->dtype), tp_path_name(w->path),
                   kernel_name(w->kernel), what, (long long)b, (long long)h,
                   (long long)i, (long long)j, got, want, tl);
 }
@@ -362,22 +202,6 @@ static long compare(const prob *p, const sdpa_forward_args *a,
 
 /* ---- Running a case on every kernel and path. -------------------------- */
 
-static int g_kernel_noted[TEST_KERNELS];
-
-/* Sets the kernel; 0 (and a note, once per kernel) when the CPU lacks it. */
-static int use_kernel(sdpa_ctx *ctx, int ki)
-{
-    int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]);
-    if (ks == SDPA_ERR_UNSUPPORTED) {
-        if (!g_kernel_noted[ki]++)
-            print_message("  kernel %s: not supported by this CPU, skipped\n",
-                          kernel_name(test_kernels[ki]));
-        return 0;
-    }
-    assert_int_equal(ks, SDPA_OK);
-    return 1;
-}
-
 typedef struct case_opts {
     int empty_zero;  /* SDPA_EMPTY_ROWS_ZERO instead of ERROR */
     int64_t block_k; /* SDPA_OPT_BLOCK_K (0 = auto) */
@@ -409,7 +233,7 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
     const sdpa_forward_args ref_args = o->as_v10 ? strip_v11(&p->a) : p->a;
     ref_result r;
     assert_int_equal(ref_forward(&ref_args, &r), 0);
-    cr.poisoned = poison_unseen(p, &r);
+    cr.poisoned = tp_poison_unseen(p, &r, 0);
     const tol t = tolerance(p, &ref_args, &r);
     cr.expect_error = r.any_empty && !o->empty_zero;
 
@@ -422,7 +246,7 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
     assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, o->block_k),
                      SDPA_OK);
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
-        if (!use_kernel(ctx, ki))
+        if (!tp_use_kernel(ctx, ki))
             continue;
         for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
             assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
@@ -437,18 +261,18 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
             int rc;
             if (heavy && path >= SDPA_PATH_TILED) {
                 /* Weights / logits need the materialised path. */
-                clear_outputs(p);
+                tp_clear_outputs(p);
                 rc = sdpa_forward(ctx, &a);
                 if (!(rc == SDPA_ERR_UNSUPPORTED ||
                       (cr.expect_error && rc == SDPA_ERR_FULLY_MASKED_ROW)) ||
-                    !outputs_untouched(p)) {
+                    !tp_outputs_untouched(p)) {
                     print_message(
                         "  %s %s path=%s kernel=%s: with weights "
                         "or logits: %s (expected UNSUPPORTED), "
                         "outputs %s\n",
-                        name, dt_name(p->dtype), path_name(path),
+                        name, dt_name(p->dtype), tp_path_name(path),
                         kernel_name(test_kernels[ki]), sdpa_status_string(rc),
-                        outputs_untouched(p) ? "untouched" : "WRITTEN");
+                        tp_outputs_untouched(p) ? "untouched" : "WRITTEN");
                     cr.failures++;
                 }
                 /* ... and the same call with out and lse only. */
@@ -456,26 +280,26 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
                 memset(&a.logits, 0, sizeof a.logits);
                 a.logits_stage = 0;
             }
-            clear_outputs(p);
+            tp_clear_outputs(p);
             rc = sdpa_forward(ctx, &a);
             cr.runs[path]++;
             if (cr.expect_error) {
-                if (rc != SDPA_ERR_FULLY_MASKED_ROW || !outputs_untouched(p)) {
+                if (rc != SDPA_ERR_FULLY_MASKED_ROW || !tp_outputs_untouched(p)) {
                     print_message("  %s %s path=%s kernel=%s: expected "
                                   "FULLY_MASKED_ROW (b%lld h%lld i%lld), got "
                                   "%s, outputs %s: %s\n",
-                                  name, dt_name(p->dtype), path_name(path),
+                                  name, dt_name(p->dtype), tp_path_name(path),
                                   kernel_name(test_kernels[ki]),
                                   (long long)r.empty_b, (long long)r.empty_h,
                                   (long long)r.empty_i, sdpa_status_string(rc),
-                                  outputs_untouched(p) ? "untouched"
+                                  tp_outputs_untouched(p) ? "untouched"
                                                        : "WRITTEN",
                                   sdpa_ctx_last_error(ctx));
                     cr.failures++;
                 }
             } else if (rc != SDPA_OK) {
                 print_message("  %s %s path=%s kernel=%s: %s: %s\n", name,
-                              dt_name(p->dtype), path_name(path),
+                              dt_name(p->dtype), tp_path_name(path),
                               kernel_name(test_kernels[ki]),
                               sdpa_status_string(rc), sdpa_ctx_last_error(ctx));
                 cr.failures++;
@@ -487,7 +311,7 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
                         0) {
                     print_message("  %s: struct_size 624 but the logits "
                                   "buffer was written (path %s)\n",
-                                  name, path_name(path));
+                                  name, tp_path_name(path));
                     bad++;
                 }
                 if (bad)
@@ -553,8 +377,8 @@ static void test_window_causal_long(void **state)
     prob p;
     prob_make(&p, dt, 1, 1, 2, 1, 300, 300, 16, 8);
     p.a.causal = SDPA_CAUSAL_TOP_LEFT;
-    prob_window(&p, 17, 0);
-    prob_outputs(&p, 1, 1, 0);
+    tp_window(&p, 17, 0);
+    tp_outputs(&p, 1, 1, 0);
     ref_result r;
     assert_int_equal(ref_forward(&p.a, &r), 0);
     for (int64_t h = 0; h < 2; ++h)
@@ -567,7 +391,7 @@ static void test_window_causal_long(void **state)
     /* Bottom-right causality agrees when Tq = Tk. */
     p.a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
     check_case("window 17/0 bottom-right 300x300", &p, &o);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 static void test_window_bottom_right_anchor(void **state)
@@ -580,9 +404,9 @@ static void test_window_bottom_right_anchor(void **state)
     prob p;
     prob_make(&p, dt, 2, 2, 4, 2, 7, 40, 8, 5);
     const int64_t lens[2] = {40, 23};
-    prob_kvlens(&p, lens);
-    prob_window(&p, 5, 3);
-    prob_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
+    tp_kvlens(&p, lens);
+    tp_window(&p, 5, 3);
+    tp_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
     ref_result r;
     assert_int_equal(ref_forward(&p.a, &r), 0);
     for (int64_t b = 0; b < 2; ++b)
@@ -598,23 +422,23 @@ static void test_window_bottom_right_anchor(void **state)
     assert_int_equal(cr.failures, 0);
     case_opts o = {0, 3, 0};
     check_case("window 5/3 Tq 7 Tk 40, BLOCK_K 3", &p, &o);
-    prob_free(&p);
+    tp_free(&p);
 
     /* A decode step on a long cache: Tq = 2, Tk = 300, kv_lens {300, 150},
      * causal bottom-right, window 17/0, MQA: all but 19 keys per item hold
      * NaN. */
     prob_make(&p, dt, 3, 2, 4, 1, 2, 300, 16, 8);
     const int64_t lens2[2] = {300, 150};
-    prob_kvlens(&p, lens2);
+    tp_kvlens(&p, lens2);
     p.a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
-    prob_window(&p, 17, 0);
-    prob_outputs(&p, 0, 1, 0);
+    tp_window(&p, 17, 0);
+    tp_outputs(&p, 0, 1, 0);
     cr = run_case("decode window 17/0 Tk 300", &p, &k_default);
     assert_int_equal(cr.poisoned, (300 - 19) + (300 - 19));
     assert_int_equal(cr.failures, 0);
     case_opts o2 = {0, 16, 0};
     check_case("decode window 17/0, BLOCK_K 16", &p, &o2);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 static void test_window_one_sided(void **state)
@@ -624,8 +448,8 @@ static void test_window_one_sided(void **state)
      * and 4/-1 (4 left, everything right). */
     prob p;
     prob_make(&p, dt, 4, 1, 2, 2, 50, 50, 12, 12);
-    prob_window(&p, -1, 2);
-    prob_outputs(&p, 1, 1, SDPA_LOGITS_SCALED);
+    tp_window(&p, -1, 2);
+    tp_outputs(&p, 1, 1, SDPA_LOGITS_SCALED);
     ref_result r;
     assert_int_equal(ref_forward(&p.a, &r), 0);
     for (int64_t i = 0; i < 50; ++i)
@@ -644,7 +468,7 @@ static void test_window_one_sided(void **state)
     p.a.window_left = 0;
     p.a.window_right = 0;
     check_case("window 0/0", &p, &k_default);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 static void test_window_empty_rows(void **state)
@@ -654,8 +478,8 @@ static void test_window_empty_rows(void **state)
      * [i - 3, i - 2]: rows 0 and 1 have none. */
     prob p;
     prob_make(&p, dt, 5, 1, 2, 1, 6, 4, 3, 2);
-    prob_window(&p, 1, 0);
-    prob_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
+    tp_window(&p, 1, 0);
+    tp_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
     ref_result r;
     assert_int_equal(ref_forward(&p.a, &r), 0);
     assert_true(r.any_empty);
@@ -672,7 +496,7 @@ static void test_window_empty_rows(void **state)
     assert_int_equal(cr.failures, 0);
     print_message("  window empties rows: FULLY_MASKED_ROW by default, zero "
                   "rows (lse -inf) with SDPA_EMPTY_ROWS_ZERO: checked\n");
-    prob_free(&p);
+    tp_free(&p);
 }
 
 /* ---- Validation. -------------------------------------------------------- */
@@ -683,7 +507,7 @@ static void test_validation(void **state)
     enum { N = 1, HQ = 2, TQ = 3, TK = 5 };
     prob p;
     prob_make(&p, dt, 6, N, HQ, 1, TQ, TK, 4, 3);
-    prob_outputs(&p, 1, 1, 0);
+    tp_outputs(&p, 1, 1, 0);
     /* A logits buffer with room for views one larger in every dimension. */
     tbuf_make(&p.lg, dt, N + 1, HQ + 1, TQ + 1, TK + 1, LAYOUT_BHTD, 0);
     const sdpa_tensor lg_ok = {
@@ -830,11 +654,11 @@ static void test_validation(void **state)
             a.logits_stage = SDPA_LOGITS_CAPPED;
             break;
         }
-        clear_outputs(&p);
+        tp_clear_outputs(&p);
         int st = sdpa_forward(ctx, &a);
         size_t bytes = 12345;
         int sw = sdpa_forward_workspace(ctx, &a, &bytes);
-        int untouched = outputs_untouched(&p);
+        int untouched = tp_outputs_untouched(&p);
         if (st != cases[c].status || sw != cases[c].status || !untouched ||
             bytes != 12345) {
             print_message("  %s: %s: sdpa_forward %d (%s), workspace %d, "
@@ -866,7 +690,7 @@ static void test_validation(void **state)
     print_message("  %s: %d invalid argument sets checked, %ld failed\n",
                   dt_name(dt), ncases, failures);
     sdpa_ctx_destroy(ctx);
-    prob_free(&p);
+    tp_free(&p);
     assert_int_equal(failures, 0);
 }
 
@@ -1034,8 +858,8 @@ static void test_alibi_hand(void **state)
     for (int64_t j = 0; j < 3; ++j)
         for (int64_t d = 0; d < 3; ++d)
             tset(&p.v, 0, 0, j, d, j == d ? 1.0 : 0.0);
-    prob_alibi(&p, &half);
-    prob_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
+    tp_alibi(&p, &half);
+    tp_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
     ref_result r;
     assert_int_equal(ref_forward(&p.a, &r), 0);
     assert_ref_row(&r, 0, 3, w0, lse02);
@@ -1045,7 +869,7 @@ static void test_alibi_hand(void **state)
                 fabsl(r.logits[2 * 3 + 1] + 0.5L) == 0 && r.logits[8] == 0);
     ref_free(&r);
     check_case("ALiBi by hand, 3x3", &p, &k_default);
-    prob_free(&p);
+    tp_free(&p);
 
     prob_make(&p, dt, 8, 1, 1, 1, 1, 3, 2, 3);
     for (int64_t d = 0; d < 2; ++d) {
@@ -1056,13 +880,13 @@ static void test_alibi_hand(void **state)
     for (int64_t j = 0; j < 3; ++j)
         for (int64_t d = 0; d < 3; ++d)
             tset(&p.v, 0, 0, j, d, j == d ? 1.0 : 0.0);
-    prob_alibi(&p, &half);
-    prob_outputs(&p, 1, 1, 0);
+    tp_alibi(&p, &half);
+    tp_outputs(&p, 1, 1, 0);
     assert_int_equal(ref_forward(&p.a, &r), 0);
     assert_ref_row(&r, 0, 3, w2, lse02);
     ref_free(&r);
     check_case("ALiBi by hand, Tq 1 bottom-right", &p, &k_default);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 static void test_alibi_random(void **state)
@@ -1078,16 +902,16 @@ static void test_alibi_random(void **state)
         double s[4];
         for (int h = 0; h < 4; ++h)
             s[h] = slope_closed_form(4, 8.0, h);
-        prob_alibi(&p, s);
+        tp_alibi(&p, s);
         const int64_t lens[2] = {37, 20};
-        prob_kvlens(&p, lens);
+        tp_kvlens(&p, lens);
         p.a.causal = c < 2 ? SDPA_CAUSAL_BOTTOM_RIGHT : SDPA_CAUSAL_NONE;
-        prob_mask_random(&p, &r, 0.2);
+        tp_mask_random(&p, &r, 0.2);
         prob_bias_random(&p, &r, 0.1);
-        prob_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
+        tp_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
         case_opts o = {1, c == 3 ? 5 : 0, 0};
         check_case("ALiBi standard slopes, random", &p, &o);
-        prob_free(&p);
+        tp_free(&p);
     }
     /* Random slopes of both signs, 6 heads over 3 KV heads, top-left
      * causal, soft-cap. */
@@ -1096,12 +920,12 @@ static void test_alibi_random(void **state)
     double s[6];
     for (int h = 0; h < 6; ++h)
         s[h] = rng_sym(&r, 0.4);
-    prob_alibi(&p, s);
+    tp_alibi(&p, s);
     p.a.causal = SDPA_CAUSAL_TOP_LEFT;
     p.a.softcap = 2.5;
-    prob_outputs(&p, 1, 1, SDPA_LOGITS_CAPPED);
+    tp_outputs(&p, 1, 1, SDPA_LOGITS_CAPPED);
     check_case("ALiBi random slopes, soft-cap", &p, &k_default);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 /* ---- Sinks. -------------------------------------------------------------- */
@@ -1122,8 +946,8 @@ static void test_sink_masked_row(void **state)
     }
     p.a.mask = p.mask.t;
     const double sig[2] = {0.75, -1.25};
-    prob_sinks(&p, sig);
-    prob_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
+    tp_sinks(&p, sig);
+    tp_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
     ref_result r;
     assert_int_equal(ref_forward(&p.a, &r), 0);
     assert_false(r.any_empty);
@@ -1132,18 +956,18 @@ static void test_sink_masked_row(void **state)
     check_case("sink, fully masked row, ERROR", &p, &k_default);
     case_opts z = {1, 0, 0};
     check_case("sink, fully masked row, ZERO", &p, &z);
-    prob_free(&p);
+    tp_free(&p);
 
     /* kv_lens 0 for item 0: every row of it has only the sink (its K / V
      * rows are all NaN); item 1 is ordinary. */
     prob_make(&p, dt, 41, 2, 2, 2, 4, 9, 6, 5);
     const int64_t lens[2] = {0, 9};
-    prob_kvlens(&p, lens);
-    prob_sinks(&p, sig);
+    tp_kvlens(&p, lens);
+    tp_sinks(&p, sig);
     p.a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
-    prob_outputs(&p, 1, 1, 0);
+    tp_outputs(&p, 1, 1, 0);
     check_case("sink, kv_lens 0", &p, &k_default);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 static void test_sink_hand(void **state)
@@ -1158,8 +982,8 @@ static void test_sink_hand(void **state)
     tset(&p.v, 0, 0, 0, 0, 3.0);
     tset(&p.v, 0, 0, 0, 1, -1.0);
     const double zero = 0.0;
-    prob_sinks(&p, &zero);
-    prob_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
+    tp_sinks(&p, &zero);
+    tp_outputs(&p, 1, 1, SDPA_LOGITS_MASKED);
     ref_result r;
     assert_int_equal(ref_forward(&p.a, &r), 0);
     const double half = 0.5;
@@ -1168,7 +992,7 @@ static void test_sink_hand(void **state)
                 fabsl(r.out[1] + 0.5L) <= 1e-18L);
     ref_free(&r);
     check_case("sink by hand", &p, &k_default);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 static void test_sink_decode_chunks(void **state)
@@ -1184,13 +1008,13 @@ static void test_sink_decode_chunks(void **state)
     for (int t = 0; t < 2; ++t) {
         prob p;
         prob_make(&p, dt, 43 + (uint64_t)t, 2, 4, 1, t ? 2 : 1, 64, 8, 4);
-        prob_sinks(&p, sig);
+        tp_sinks(&p, sig);
         if (t) {
             const int64_t lens[2] = {64, 13};
-            prob_kvlens(&p, lens);
+            tp_kvlens(&p, lens);
             p.a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
         }
-        prob_outputs(&p, 0, 1, 0);
+        tp_outputs(&p, 0, 1, 0);
         for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; ++bi) {
             case_opts o = {0, blocks[bi], 0};
             char name[64];
@@ -1198,7 +1022,7 @@ static void test_sink_decode_chunks(void **state)
                      t ? 2 : 1, (long long)blocks[bi]);
             check_case(name, &p, &o);
         }
-        prob_free(&p);
+        tp_free(&p);
     }
 }
 
@@ -1269,8 +1093,8 @@ static void test_logits_hand(void **state)
             p.a.scale = 1.0;
             p.a.softcap = 2.0;
             if (al)
-                prob_alibi(&p, &quarter);
-            prob_outputs(&p, 1, 1, stage);
+                tp_alibi(&p, &quarter);
+            tp_outputs(&p, 1, 1, stage);
             ref_result r;
             assert_int_equal(ref_forward(&p.a, &r), 0);
             for (int e = 0; e < 6; ++e) {
@@ -1291,7 +1115,7 @@ static void test_logits_hand(void **state)
             sdpa_ctx *ctx = NULL;
             assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
             for (int ki = 0; ki < TEST_KERNELS; ++ki) {
-                if (!use_kernel(ctx, ki))
+                if (!tp_use_kernel(ctx, ki))
                     continue;
                 for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_MATERIALISED;
                      ++path) {
@@ -1299,7 +1123,7 @@ static void test_logits_hand(void **state)
                                      SDPA_OK);
                     where w = {al ? "logits by hand, ALiBi" : "logits by hand",
                                dt, path, test_kernels[ki]};
-                    clear_outputs(&p);
+                    tp_clear_outputs(&p);
                     int st = sdpa_forward(ctx, &p.a);
                     if (st != SDPA_OK) {
                         print_message("  logits by hand stage %d: %s: %s\n",
@@ -1335,7 +1159,7 @@ static void test_logits_hand(void **state)
             snprintf(name, sizeof name, "logits by hand, stage %d%s", stage,
                      al ? ", ALiBi" : "");
             check_case(name, &p, &k_default);
-            prob_free(&p);
+            tp_free(&p);
         }
     print_message("  %s: logits by hand, 3 stages x (ALiBi off, on): %ld "
                   "failed\n",
@@ -1352,29 +1176,29 @@ static void test_logits_forced_paths(void **state)
      * MATERIALISED compute it. */
     prob p;
     prob_make(&p, dt, 60, 1, 2, 1, 1, 10, 4, 4);
-    prob_sinks(&p, (const double[]){0.5, 1});
-    prob_outputs(&p, 0, 1, SDPA_LOGITS_CAPPED);
+    tp_sinks(&p, (const double[]){0.5, 1});
+    tp_outputs(&p, 0, 1, SDPA_LOGITS_CAPPED);
     sdpa_ctx *ctx = NULL;
     assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
     long failures = 0;
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
-        if (!use_kernel(ctx, ki))
+        if (!tp_use_kernel(ctx, ki))
             continue;
         for (int path = SDPA_PATH_TILED; path <= SDPA_PATH_DECODE; ++path) {
             assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
                              SDPA_OK);
-            clear_outputs(&p);
+            tp_clear_outputs(&p);
             int st = sdpa_forward(ctx, &p.a);
             size_t bytes = 777;
             int sw = sdpa_forward_workspace(ctx, &p.a, &bytes);
             if (st != SDPA_ERR_UNSUPPORTED || sw != SDPA_ERR_UNSUPPORTED ||
-                !outputs_untouched(&p) || bytes != 777) {
+                !tp_outputs_untouched(&p) || bytes != 777) {
                 print_message("  %s logits with path %s kernel %s: %s, "
                               "workspace %s, outputs %s\n",
-                              dt_name(dt), path_name(path),
+                              dt_name(dt), tp_path_name(path),
                               kernel_name(test_kernels[ki]),
                               sdpa_status_string(st), sdpa_status_string(sw),
-                              outputs_untouched(&p) ? "untouched" : "WRITTEN");
+                              tp_outputs_untouched(&p) ? "untouched" : "WRITTEN");
                 failures++;
             }
         }
@@ -1382,7 +1206,7 @@ static void test_logits_forced_paths(void **state)
     sdpa_ctx_destroy(ctx);
     assert_int_equal(failures, 0);
     check_case("logits without weights", &p, &k_default);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 /* ---- A 1.0 caller. --------------------------------------------------------
@@ -1401,7 +1225,7 @@ static void test_struct_size_624(void **state)
     prob p;
     prob_make(&p, dt, 70, 2, 2, 1, 5, 11, 6, 4);
     p.a.causal = SDPA_CAUSAL_TOP_LEFT;
-    prob_outputs(&p, 1, 1, 0);
+    tp_outputs(&p, 1, 1, 0);
     tbuf_make(&p.lg, dt, 2, 2, 5, 11, LAYOUT_BHTD, 0);
     static const double nan2[2] = {NAN, NAN};
     p.a.window_left = 2;
@@ -1422,7 +1246,7 @@ static void test_struct_size_624(void **state)
     memcpy(block, &a, 624);
     sdpa_ctx *ctx = NULL;
     assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
-    clear_outputs(&p);
+    tp_clear_outputs(&p);
     int st = sdpa_forward(ctx, (const sdpa_forward_args *)(void *)block);
     if (st != SDPA_OK)
         print_message("  624-byte block: %s: %s\n", sdpa_status_string(st),
@@ -1431,7 +1255,7 @@ static void test_struct_size_624(void **state)
     assert_true(first_non_sentinel(p.lg.mem, p.lg.elems * p.lg.esize) < 0);
     sdpa_ctx_destroy(ctx);
     free(block);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 /* ---- Random mixes. ------------------------------------------------------- */
@@ -1458,39 +1282,39 @@ static void test_random_mix(void **state)
         p.a.causal = (int)rng_int(&r, 0, 2);
         if (rng_int(&r, 0, 9) < 7) {
             int64_t l = rng_int(&r, -1, Tk), rr = rng_int(&r, -1, Tk / 2);
-            prob_window(&p, l, rr);
+            tp_window(&p, l, rr);
             n_window++;
         }
         if (rng_int(&r, 0, 1)) {
-            double s[MAXH];
+            double s[TP_MAX_H];
             for (int64_t h = 0; h < Hq; ++h)
                 s[h] = rng_int(&r, 0, 1) ? slope_closed_form(Hq, 8.0, h)
                                          : rng_sym(&r, 0.3);
-            prob_alibi(&p, s);
+            tp_alibi(&p, s);
             n_alibi++;
         }
         if (rng_int(&r, 0, 1)) {
-            double s[MAXH];
+            double s[TP_MAX_H];
             for (int64_t h = 0; h < Hq; ++h)
                 s[h] = rng_sym(&r, 3.0);
-            prob_sinks(&p, s);
+            tp_sinks(&p, s);
             n_sinks++;
         }
         if (rng_int(&r, 0, 2) == 0)
-            prob_mask_random(&p, &r, 0.3);
+            tp_mask_random(&p, &r, 0.3);
         if (rng_int(&r, 0, 2) == 0)
             prob_bias_random(&p, &r, 0.1);
         if (rng_int(&r, 0, 1)) {
             int64_t lens[4];
             for (int64_t b = 0; b < N; ++b)
                 lens[b] = rng_int(&r, 0, Tk);
-            prob_kvlens(&p, lens);
+            tp_kvlens(&p, lens);
         }
         if (rng_int(&r, 0, 3) == 0)
             p.a.softcap = 3.0;
         const int logits = rng_int(&r, 0, 1) ? (int)rng_int(&r, 1, 3) : 0;
         n_logits += logits != 0;
-        prob_outputs(&p, logits != 0 || rng_int(&r, 0, 1), 1, logits);
+        tp_outputs(&p, logits != 0 || rng_int(&r, 0, 1), 1, logits);
         case_opts o = {(int)rng_int(&r, 0, 1), blocks[rng_int(&r, 0, 4)], 0};
         case_result cr = run_case("random mix", &p, &o);
         n_err += cr.expect_error;
@@ -1508,7 +1332,7 @@ static void test_random_mix(void **state)
                           p.a.bias.data != NULL, p.a.kv_lens != NULL, logits,
                           o.empty_zero, (long long)o.block_k);
         assert_int_equal(cr.failures, 0);
-        prob_free(&p);
+        tp_free(&p);
     }
     print_message("  %s: %d random mixes (window %ld, ALiBi %ld, sinks %ld, "
                   "logits %ld; %ld expecting FULLY_MASKED_ROW)\n",

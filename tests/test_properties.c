@@ -35,23 +35,14 @@
 
 #include "reference.h"
 #include "sdpa.h"
+#include "checks.h"
+#include "problem.h"
 #include "testutil.h"
 
 static int g_float = SDPA_FLOAT32;
 static int g_double = SDPA_FLOAT64;
 
-static double eps_of(int dtype)
-{
-    return dtype == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
-}
-
-typedef struct prob {
-    int dtype;
-    int64_t N, Hq, Hkv, Tq, Tk, Dk, Dv;
-    int64_t kv_lens[4];
-    tbuf q, k, v, mask, bias, out, w, lse;
-    sdpa_forward_args a;
-} prob;
+typedef test_problem prob;
 
 typedef struct prob_opts {
     int mask, bias, bias_ninf, causal, kvlens, weights, lse;
@@ -63,31 +54,11 @@ static void prob_make(prob *p, int dtype, uint64_t seed, int64_t N, int64_t Hq,
                       int64_t Dv, const prob_opts *o, const int64_t *kv_lens)
 {
     rng r = {seed};
-    memset(p, 0, sizeof *p);
-    p->dtype = dtype;
-    p->N = N;
-    p->Hq = Hq;
-    p->Hkv = Hkv;
-    p->Tq = Tq;
-    p->Tk = Tk;
-    p->Dk = Dk;
-    p->Dv = Dv;
-    double amp = sqrt(4.0 / sqrt((double)Dk));
-    tbuf_make(&p->q, dtype, N, Hq, Tq, Dk, LAYOUT_BHTD, 0);
-    tbuf_make(&p->k, dtype, N, Hkv, Tk, Dk, LAYOUT_BHTD, 0);
-    tbuf_make(&p->v, dtype, N, Hkv, Tk, Dv, LAYOUT_BHTD, 0);
-    tbuf_fill_random(&p->q, &r, amp);
-    tbuf_fill_random(&p->k, &r, amp);
-    tbuf_fill_random(&p->v, &r, 1.0);
-    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
-    a.dtype = dtype;
-    a.q = p->q.t;
-    a.k = p->k.t;
-    a.v = p->v.t;
+    tp_make(p, dtype, &r, sqrt(4.0 / sqrt((double)Dk)), N, Hq, Hkv, Tq, Tk, Dk,
+            Dv);
+    sdpa_forward_args a = p->a;
     if (o->mask) {
-        tbuf_make(&p->mask, ELEM_U8, N, Hq, Tq, Tk, LAYOUT_BHTD, 0);
-        for (size_t i = 0; i < p->mask.elems; ++i)
-            ((unsigned char *)p->mask.mem)[i] = rng_unit(&r) < 0.3 ? 1 : 0;
+        tp_mask_random(p, &r, 0.3);
         a.mask = p->mask.t;
     }
     if (o->bias) {
@@ -102,42 +73,10 @@ static void prob_make(prob *p, int dtype, uint64_t seed, int64_t N, int64_t Hq,
         a.bias = p->bias.t;
     }
     a.causal = o->causal;
-    if (o->kvlens && kv_lens) {
-        memcpy(p->kv_lens, kv_lens, (size_t)N * sizeof(int64_t));
-        a.kv_lens = p->kv_lens;
-    }
-    tbuf_make(&p->out, dtype, N, Hq, Tq, Dv, LAYOUT_BHTD, 0);
-    a.out = p->out.t;
-    if (o->weights) {
-        tbuf_make(&p->w, dtype, N, Hq, Tq, Tk, LAYOUT_BHTD, 0);
-        a.weights = p->w.t;
-    }
-    if (o->lse) {
-        tbuf_make(&p->lse, dtype, N, Hq, Tq, 1, LAYOUT_BHTD, 0);
-        a.lse = p->lse.t;
-    }
     p->a = a;
-}
-
-static void prob_free(prob *p)
-{
-    tbuf_free(&p->q);
-    tbuf_free(&p->k);
-    tbuf_free(&p->v);
-    tbuf_free(&p->mask);
-    tbuf_free(&p->bias);
-    tbuf_free(&p->out);
-    tbuf_free(&p->w);
-    tbuf_free(&p->lse);
-}
-
-static void clear_outputs(prob *p)
-{
-    fill_sentinel(p->out.mem, p->out.elems * p->out.esize);
-    if (p->w.mem)
-        fill_sentinel(p->w.mem, p->w.elems * p->w.esize);
-    if (p->lse.mem)
-        fill_sentinel(p->lse.mem, p->lse.elems * p->lse.esize);
+    if (o->kvlens && kv_lens)
+        tp_kvlens(p, kv_lens);
+    tp_outputs(p, o->weights, o->lse, 0);
 }
 
 /* Iterate over (kernel, path) pairs the context accepts. run() is called
@@ -149,14 +88,11 @@ static int for_each_pair(sdpa_ctx *ctx, prob *p, pair_fn fn, void *user)
 {
     int ran = 0;
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
-        int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]);
-        if (ks == SDPA_ERR_UNSUPPORTED)
+        if (!tp_use_kernel(ctx, ki))
             continue;
-        assert_int_equal(ks, SDPA_OK);
         for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
-                             SDPA_OK);
-            clear_outputs(p);
+            tp_use_path(ctx, path);
+            tp_clear_outputs(p);
             int st = sdpa_forward(ctx, &p->a);
             if (st == SDPA_ERR_UNSUPPORTED &&
                 (path == SDPA_PATH_TILED || path == SDPA_PATH_DECODE))
@@ -173,18 +109,6 @@ static int for_each_pair(sdpa_ctx *ctx, prob *p, pair_fn fn, void *user)
     return ran;
 }
 
-static sdpa_ctx *new_ctx(int empty_zero)
-{
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
-    assert_non_null(ctx);
-    if (empty_zero)
-        assert_int_equal(
-            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-            SDPA_OK);
-    return ctx;
-}
-
 /* ---- forbidden weights are exactly 0; rows sum to 1 ------------------- */
 
 typedef struct zero_ctx {
@@ -199,7 +123,7 @@ static void check_zero_and_sum(sdpa_ctx *ctx, prob *p, int kernel, int path,
     zero_ctx *z = user;
     /* Each probability carries a few ulp from exp and the division; the
      * normalising sum of Tk terms adds at most Tk ulp: (Tk + 8) eps. */
-    const double bound = ((double)p->Tk + 8) * eps_of(p->dtype);
+    const double bound = ((double)p->Tk + 8) * tp_eps(p->dtype);
     for (int64_t b = 0; b < p->N; ++b)
         for (int64_t h = 0; h < p->Hq; ++h)
             for (int64_t i = 0; i < p->Tq; ++i) {
@@ -242,7 +166,7 @@ static void test_forbidden_zero_rows_sum_one(void **state)
     static const int causals[] = {SDPA_CAUSAL_NONE, SDPA_CAUSAL_TOP_LEFT,
                                   SDPA_CAUSAL_BOTTOM_RIGHT};
     for (int c = 0; c < 3; ++c) {
-        sdpa_ctx *ctx = new_ctx(1);
+        sdpa_ctx *ctx = tp_ctx(1);
         prob p;
         prob_opts o = {1, 1, 1, causals[c], 1, 1, 1};
         const int64_t lens[2] = {13, 7};
@@ -255,7 +179,7 @@ static void test_forbidden_zero_rows_sum_one(void **state)
         assert_true(z.forbidden_seen > 0);
         assert_true(z.allowed_seen > 0);
         ref_free(&r);
-        prob_free(&p);
+        tp_free(&p);
         sdpa_ctx_destroy(ctx);
     }
 }
@@ -335,7 +259,7 @@ static void test_permutation(void **state)
         /* Both runs compute the same logits; only summation orders differ
          * (softmax sum, P·V over Tk, possibly gemm blocking over columns):
          * |difference| <= 4 (Tk + Dk + 16) eps (1 + |value|). */
-        const double tol = 4.0 * (double)(Tk + Dk + 16) * eps_of(dtype);
+        const double tol = 4.0 * (double)(Tk + Dk + 16) * tp_eps(dtype);
         size_t no = (size_t)(N * Hq * Tq * Dv), nw = (size_t)(N * Hq * Tq * Tk),
                nl = (size_t)(N * Hq * Tq);
         double *oa = malloc(no * sizeof(double)),
@@ -345,7 +269,7 @@ static void test_permutation(void **state)
                *wb = malloc(nw * sizeof(double)),
                *lb = malloc(nl * sizeof(double));
         assert_true(oa && wa && la && ob && wb && lb);
-        sdpa_ctx *ctx = new_ctx(1);
+        sdpa_ctx *ctx = tp_ctx(1);
         static const int paths[] = {SDPA_PATH_AUTO, SDPA_PATH_MATERIALISED,
                                     SDPA_PATH_TILED, SDPA_PATH_DECODE};
         int ran = 0;
@@ -391,8 +315,8 @@ static void test_permutation(void **state)
         free(wb);
         free(lb);
         sdpa_ctx_destroy(ctx);
-        prob_free(&a);
-        prob_free(&b);
+        tp_free(&a);
+        tp_free(&b);
     }
 }
 
@@ -445,7 +369,7 @@ static void test_nan_beyond_kv_lens(void **state)
     const int dtype = *(int *)*state;
     static const int causals[] = {SDPA_CAUSAL_NONE, SDPA_CAUSAL_BOTTOM_RIGHT};
     for (int c = 0; c < 2; ++c) {
-        sdpa_ctx *ctx = new_ctx(1);
+        sdpa_ctx *ctx = tp_ctx(1);
         prob p;
         prob_opts o = {0, 0, 0, causals[c], 1, 1, 1};
         const int64_t lens[3] = {5, 17, 0};
@@ -463,7 +387,7 @@ static void test_nan_beyond_kv_lens(void **state)
         nan_ctx n = {&r};
         assert_true(for_each_pair(ctx, &p, check_nan_free, &n) >= 2);
         ref_free(&r);
-        prob_free(&p);
+        tp_free(&p);
         sdpa_ctx_destroy(ctx);
     }
 }
@@ -555,7 +479,7 @@ static void test_nan_behind_forbidden_keys(void **state)
         assert_int_equal(ref_forward(&p.a, &r), 0);
         assert_false(r.any_empty);
         nan_ctx n = {&r};
-        sdpa_ctx *ctx = new_ctx(1);
+        sdpa_ctx *ctx = tp_ctx(1);
         for (int64_t block_k = 0; block_k <= 8; block_k += 8) {
             assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, block_k),
                              SDPA_OK);
@@ -563,7 +487,7 @@ static void test_nan_behind_forbidden_keys(void **state)
         }
         sdpa_ctx_destroy(ctx);
         ref_free(&r);
-        prob_free(&p);
+        tp_free(&p);
     }
 }
 
@@ -576,7 +500,7 @@ static void test_nan_behind_forbidden_keys(void **state)
 static void test_diagnostics(void **state)
 {
     const int dtype = *(int *)*state;
-    const double eps = eps_of(dtype);
+    const double eps = tp_eps(dtype);
     for (int variant = 0; variant < 3; ++variant) {
         prob p;
         prob_opts o = {variant != 1, 0, 0, SDPA_CAUSAL_BOTTOM_RIGHT, 1, 0, 1};
@@ -593,7 +517,7 @@ static void test_diagnostics(void **state)
         p.a.entropy = en.t;
         ref_result r;
         assert_int_equal(ref_forward(&p.a, &r), 0);
-        sdpa_ctx *ctx = new_ctx(1);
+        sdpa_ctx *ctx = tp_ctx(1);
         int ran = 0;
         for (int ki = 0; ki < TEST_KERNELS; ++ki) {
             if (sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]) !=
@@ -650,7 +574,7 @@ static void test_diagnostics(void **state)
         ref_free(&r);
         tbuf_free(&mw);
         tbuf_free(&en);
-        prob_free(&p);
+        tp_free(&p);
     }
 }
 
@@ -694,7 +618,7 @@ static void test_contexts_in_parallel(void **state)
     prob_make(&p, dtype, 4321, 2, 4, 2, 40, 150, 16, 8, &o, lens);
     size_t bo = p.out.elems * p.out.esize, bl = p.lse.elems * p.lse.esize;
     for (int path = SDPA_PATH_MATERIALISED; path <= SDPA_PATH_DECODE; ++path) {
-        sdpa_ctx *ctx = new_ctx(0);
+        sdpa_ctx *ctx = tp_ctx(0);
         assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
         assert_int_equal(sdpa_forward(ctx, &p.a), SDPA_OK);
         sdpa_ctx_destroy(ctx);
@@ -716,7 +640,7 @@ static void test_contexts_in_parallel(void **state)
             free(jobs[t].lse);
         }
     }
-    prob_free(&p);
+    tp_free(&p);
 }
 
 /* ---- bitwise identical across thread counts ---------------------------- */
@@ -732,7 +656,7 @@ static void test_threads_bitwise(void **state)
            bl = p.lse.elems * p.lse.esize;
     unsigned char *o1 = malloc(bo), *w1 = malloc(bw), *l1 = malloc(bl);
     assert_true(o1 && w1 && l1);
-    sdpa_ctx *ctx = new_ctx(1);
+    sdpa_ctx *ctx = tp_ctx(1);
     int compared = 0;
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
         if (sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]) != SDPA_OK)
@@ -747,7 +671,7 @@ static void test_threads_bitwise(void **state)
                     print_message("  NUM_THREADS %d refused: skipping\n", th);
                     break;
                 }
-                clear_outputs(&p);
+                tp_clear_outputs(&p);
                 int st = sdpa_forward(ctx, &p.a);
                 if (st == SDPA_ERR_UNSUPPORTED && path >= SDPA_PATH_TILED) {
                     supported = 0;
@@ -781,7 +705,7 @@ static void test_threads_bitwise(void **state)
     free(w1);
     free(l1);
     sdpa_ctx_destroy(ctx);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 /* ---- portable vs each vector kernel ------------------------------------ */
@@ -789,7 +713,7 @@ static void test_threads_bitwise(void **state)
 static void test_kernels_agree(void **state)
 {
     const int dtype = *(int *)*state;
-    sdpa_ctx *ctx = new_ctx(1);
+    sdpa_ctx *ctx = tp_ctx(1);
     prob p;
     prob_opts o = {1, 1, 1, SDPA_CAUSAL_TOP_LEFT, 1, 1, 1};
     const int64_t lens[2] = {70, 45};
@@ -825,7 +749,7 @@ static void test_kernels_agree(void **state)
         /* Same gemm, so the same logits; the row kernels differ only in
          * their exp (each within a few ulp) and summation order (<= Tk
          * ulp): |portable - vector| <= (Tk + 32) eps (1 + |value|). */
-        const double tol = (double)(70 + 32) * eps_of(dtype);
+        const double tol = (double)(70 + 32) * tp_eps(dtype);
         double worst = 0;
         for (size_t k = 0; k < no; ++k)
             worst = nan_max(worst, rdiff(op[k], oa[k]));
@@ -846,7 +770,7 @@ static void test_kernels_agree(void **state)
     free(oa);
     free(wa);
     free(la);
-    prob_free(&p);
+    tp_free(&p);
     sdpa_ctx_destroy(ctx);
     if (!compared)
         skip(); /* no vector kernel on this CPU */
@@ -911,8 +835,8 @@ static void alloc_case(int dtype, int path, int threads)
     assert_int_equal(ca.live_bytes, 0);
     assert_int_equal(ca.bad_free, 0);
     assert_int_equal(ca.bad_alignment, 0);
-    prob_free(&big);
-    prob_free(&small);
+    tp_free(&big);
+    tp_free(&small);
 }
 
 static void test_no_alloc_after_first_call(void **state)
@@ -983,9 +907,9 @@ static void test_no_alloc_random_sequences(void **state)
                             (long long)tk2, (long long)n, (long long)hkv,
                             (long long)tq, (long long)tk);
             assert_int_equal(ca.allocs, after_first);
-            prob_free(&small);
+            tp_free(&small);
         }
-        prob_free(&big);
+        tp_free(&big);
         sdpa_ctx_destroy(ctx);
         assert_int_equal(ca.allocs, ca.frees);
         sequences++;
@@ -1008,7 +932,7 @@ static void test_workspace(void **state)
     /* Causal only (no random mask): no row can be empty. */
     prob_opts o = {0, 0, 0, SDPA_CAUSAL_TOP_LEFT, 0, 0, 1};
     prob_make(&p, dtype, 8, 2, 2, 2, 16, 64, 8, 8, &o, NULL);
-    clear_outputs(&p);
+    tp_clear_outputs(&p);
     long before = ca.allocs;
     size_t bytes = 0;
     assert_int_equal(sdpa_forward_workspace(ctx, &p.a, &bytes), SDPA_OK);
@@ -1036,7 +960,7 @@ static void test_workspace(void **state)
                      SDPA_ERR_NULL_POINTER);
     sdpa_ctx_destroy(ctx);
     assert_int_equal(ca.live_bytes, 0);
-    prob_free(&p);
+    tp_free(&p);
 }
 
 #define BOTH(fn)                                                               \

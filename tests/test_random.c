@@ -80,9 +80,11 @@
 
 #include "reference.h"
 #include "sdpa.h"
+#include "checks.h"
+#include "problem.h"
 #include "testutil.h"
 
-#define MAX_N 4
+#define MAX_N TP_MAX_N
 
 typedef struct cfg {
     uint64_t seed;
@@ -91,27 +93,20 @@ typedef struct cfg {
     int lay_q, lay_kv, lay_out, lay_w;
     int64_t pad_q, pad_kv, pad_out, pad_w;
     int kv_bcast;
-    int use_mask, mask_inverted, mask_b[4];
+    int use_mask, mask_b[4];
     double mask_p;
     int use_bias, bias_b[4];
     double bias_ninf_p;
-    int causal;
-    int use_kvlens;
-    int64_t kv_lens[MAX_N];
-    double scale, softcap;
+    tp_call x; /* causal, mask convention, scale, soft-cap, kv_lens, window,
+                  ALiBi slopes, sinks */
     double amp;
     int want_w, want_lse;
     int empty_zero;
     int threads;
     int64_t block_q, block_k;
     /* 1.1 */
-    int use_window;
-    int64_t win_left, win_right;
     int alibi_mode; /* 0 none, 1 standard slopes, 2 random [0, 0.5),
                        3 random [-0.1, 0.1) */
-    double slopes[8];
-    int use_sinks;
-    double sinks[8];
     int want_logits, logits_stage;
     int64_t pad_l;
 } cfg;
@@ -128,23 +123,23 @@ static void cfg_print(const cfg *c)
         (long long)c->Tk, (long long)c->Dk, (long long)c->Dv, c->lay_q,
         c->lay_kv, c->lay_out, c->lay_w, (long long)c->pad_q,
         (long long)c->pad_kv, (long long)c->pad_out, (long long)c->pad_w,
-        c->kv_bcast, c->use_mask, c->mask_inverted, c->mask_b[0], c->mask_b[1],
+        c->kv_bcast, c->use_mask, c->x.mask_inverted, c->mask_b[0], c->mask_b[1],
         c->mask_b[2], c->mask_b[3], c->use_bias, c->bias_b[0], c->bias_b[1],
-        c->bias_b[2], c->bias_b[3], c->causal, c->use_kvlens);
+        c->bias_b[2], c->bias_b[3], c->x.causal, c->x.use_kvlens);
     for (int64_t b = 0; b < c->N; ++b)
-        print_message("%s%lld", b ? "," : "", (long long)c->kv_lens[b]);
+        print_message("%s%lld", b ? "," : "", (long long)c->x.kv_lens[b]);
     print_message("] scale=%g softcap=%g w=%d lse=%d zero=%d threads=%d "
                   "block=%lld,%lld\n",
-                  c->scale, c->softcap, c->want_w, c->want_lse, c->empty_zero,
+                  c->x.scale, c->x.softcap, c->want_w, c->want_lse, c->empty_zero,
                   c->threads, (long long)c->block_q, (long long)c->block_k);
-    print_message("      window=%d(%lld,%lld) alibi=%d[", c->use_window,
-                  (long long)c->win_left, (long long)c->win_right,
+    print_message("      window=%d(%lld,%lld) alibi=%d[", c->x.use_window,
+                  (long long)c->x.win_left, (long long)c->x.win_right,
                   c->alibi_mode);
     for (int64_t h = 0; c->alibi_mode && h < c->Hq; ++h)
-        print_message("%s%.17g", h ? "," : "", c->slopes[h]);
-    print_message("] sinks=%d[", c->use_sinks);
-    for (int64_t h = 0; c->use_sinks && h < c->Hq; ++h)
-        print_message("%s%.17g", h ? "," : "", c->sinks[h]);
+        print_message("%s%.17g", h ? "," : "", c->x.slopes[h]);
+    print_message("] sinks=%d[", c->x.use_sinks);
+    for (int64_t h = 0; c->x.use_sinks && h < c->Hq; ++h)
+        print_message("%s%.17g", h ? "," : "", c->x.sinks[h]);
     print_message("] logits=%d(stage %d, pad %lld)\n", c->want_logits,
                   c->logits_stage, (long long)c->pad_l);
 }
@@ -207,7 +202,7 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     c->kv_bcast = rng_int(&r, 0, 4) == 0;
 
     c->use_mask = rng_int(&r, 0, 2) == 0;
-    c->mask_inverted = rng_int(&r, 0, 1) == 0;
+    c->x.mask_inverted = rng_int(&r, 0, 1) == 0;
     for (int d = 0; d < 3; ++d) {
         c->mask_b[d] =
             (int)rng_int(&r, 0, 3); /* 0,1 full; 2 ext 1; 3 stride 0 */
@@ -221,21 +216,21 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     c->mask_p = mp[rng_int(&r, 0, 2)];
     c->use_bias = rng_int(&r, 0, 2) == 0;
     c->bias_ninf_p = rng_int(&r, 0, 1) ? 0.15 : 0.0;
-    c->causal = (int)rng_int(&r, 0, 2);
-    c->use_kvlens = rng_int(&r, 0, 2) == 0;
+    c->x.causal = (int)rng_int(&r, 0, 2);
+    c->x.use_kvlens = rng_int(&r, 0, 2) == 0;
     for (int64_t b = 0; b < c->N; ++b) {
         int64_t m = rng_int(&r, 0, 5);
-        c->kv_lens[b] = !c->use_kvlens ? c->Tk
+        c->x.kv_lens[b] = !c->x.use_kvlens ? c->Tk
                         : m == 0       ? 0
                         : m == 1       ? c->Tk
                                        : rng_int(&r, 1, c->Tk);
     }
     int64_t sm = rng_int(&r, 0, 3);
-    c->scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(&r);
+    c->x.scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(&r);
     int64_t cm = rng_int(&r, 0, 5);
-    c->softcap = cm == 0 ? 1.0 : cm == 1 ? 5.0 : cm == 2 ? 30.0 : 0.0;
+    c->x.softcap = cm == 0 ? 1.0 : cm == 1 ? 5.0 : cm == 2 ? 30.0 : 0.0;
     /* Keep the logit bound L = scale * Dk * amp^2 in [1, 16]. */
-    double se = c->scale == 0.0 ? 1.0 / sqrt((double)c->Dk) : c->scale;
+    double se = c->x.scale == 0.0 ? 1.0 / sqrt((double)c->Dk) : c->x.scale;
     double target = 1.0 + 15.0 * rng_unit(&r);
     c->amp = sqrt(target / (se * (double)c->Dk));
     c->want_w = rng_int(&r, 0, 1) == 0;
@@ -254,24 +249,25 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     /* The 1.1 features, drawn after everything above (the configurations
      * of 1.0 stay what they were). Every draw happens whether the feature
      * is on or not. A window side: -1 (unbounded), 0, or 1..Tk. */
-    c->use_window = rng_int(&r, 0, 2) == 0;
+    c->x.use_window = rng_int(&r, 0, 2) == 0;
     int64_t wm = rng_int(&r, 0, 3);
     int64_t wv = rng_int(&r, 1, c->Tk);
-    c->win_left = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    c->x.win_left = wm == 0 ? -1 : wm == 1 ? 0 : wv;
     wm = rng_int(&r, 0, 3);
     wv = rng_int(&r, 1, c->Tk);
-    c->win_right = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    c->x.win_right = wm == 0 ? -1 : wm == 1 ? 0 : wv;
     int64_t am = rng_int(&r, 0, 5);
     c->alibi_mode = am <= 2 ? 0 : (int)(am - 2);
     for (int h = 0; h < 8; ++h) {
         double u = rng_unit(&r);
-        c->slopes[h] = c->alibi_mode == 2 ? 0.5 * u : 0.2 * u - 0.1;
+        c->x.slopes[h] = c->alibi_mode == 2 ? 0.5 * u : 0.2 * u - 0.1;
     }
     if (c->alibi_mode == 1)
-        standard_slopes(c->Hq, 8.0, c->slopes);
-    c->use_sinks = rng_int(&r, 0, 2) == 0;
+        standard_slopes(c->Hq, 8.0, c->x.slopes);
+    c->x.use_alibi = c->alibi_mode != 0;
+    c->x.use_sinks = rng_int(&r, 0, 2) == 0;
     for (int h = 0; h < 8; ++h)
-        c->sinks[h] = rng_sym(&r, 3.0);
+        c->x.sinks[h] = rng_sym(&r, 3.0);
     c->want_logits = rng_int(&r, 0, 1) == 0 && c->want_w;
     c->logits_stage = (int)rng_int(&r, SDPA_LOGITS_SCALED, SDPA_LOGITS_MASKED);
     c->pad_l = rng_int(&r, 0, 2) == 0 ? rng_int(&r, 1, 5) : 0;
@@ -280,237 +276,90 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
 }
 
 typedef struct inst {
-    tbuf q, k, v, mask, bias, out, w, lse, lg;
+    test_problem p;
     unsigned char *map_out, *map_w, *map_lse, *map_lg;
-    sdpa_forward_args a;
 } inst;
-
-/* A broadcastable [N|1, Hq|1, Tq|1, Tk|1] tensor: b[d] 0 = full, 2 = extent
- * 1, 3 = stride 0 over the full extent; b[3] = 4: keys 2 or 3 apart. */
-static void make_bcast(tbuf *x, int kind, const cfg *c, const int *bm)
-{
-    int64_t full[4] = {c->N, c->Hq, c->Tq, c->Tk};
-    int64_t key_step = bm[3] == 4 ? 2 + (c->seed & 1) : 1;
-    int64_t ext[4];
-    for (int d = 0; d < 4; ++d)
-        ext[d] = bm[d] == 0 ? full[d] : bm[d] == 4 ? full[d] * key_step : 1;
-    tbuf_make(x, kind, ext[0], ext[1], ext[2], ext[3], LAYOUT_BHTD, 0);
-    for (int d = 0; d < 4; ++d)
-        if (bm[d] == 3 || bm[d] == 4) {
-            x->t.shape[d] = full[d];
-            x->t.stride[d] = bm[d] == 3 ? 0 : key_step;
-        }
-}
 
 static void inst_make(inst *s, const cfg *c)
 {
     rng r = {c->seed ^ 0xA5A5A5A5DEADBEEFull};
     memset(s, 0, sizeof *s);
     const int dt = c->dtype;
-    tbuf_make(&s->q, dt, c->N, c->Hq, c->Tq, c->Dk, c->lay_q, c->pad_q);
-    tbuf_fill_random(&s->q, &r, c->amp);
+    test_problem *p = &s->p;
+    tp_init(p, dt, c->N, c->Hq, c->Hkv, c->Tq, c->Tk, c->Dk, c->Dv);
+    tbuf_make(&p->q, dt, c->N, c->Hq, c->Tq, c->Dk, c->lay_q, c->pad_q);
+    tbuf_fill_random(&p->q, &r, c->amp);
     int64_t nkv = c->kv_bcast ? 1 : c->N;
-    tbuf_make(&s->k, dt, nkv, c->Hkv, c->Tk, c->Dk, c->lay_kv, c->pad_kv);
-    tbuf_make(&s->v, dt, nkv, c->Hkv, c->Tk, c->Dv, c->lay_kv, c->pad_kv);
-    tbuf_fill_random(&s->k, &r, c->amp);
-    tbuf_fill_random(&s->v, &r, 1.0);
+    tbuf_make(&p->k, dt, nkv, c->Hkv, c->Tk, c->Dk, c->lay_kv, c->pad_kv);
+    tbuf_make(&p->v, dt, nkv, c->Hkv, c->Tk, c->Dv, c->lay_kv, c->pad_kv);
+    tbuf_fill_random(&p->k, &r, c->amp);
+    tbuf_fill_random(&p->v, &r, 1.0);
     /* K/V rows at j >= kv_lens[b] are never read: poison them with NaN. */
     for (int64_t b = 0; b < nkv; ++b) {
-        int64_t L = c->kv_lens[b];
+        int64_t L = c->x.kv_lens[b];
         if (c->kv_bcast)
             for (int64_t bb = 0; bb < c->N; ++bb)
-                L = c->kv_lens[bb] > L ? c->kv_lens[bb] : L;
+                L = c->x.kv_lens[bb] > L ? c->x.kv_lens[bb] : L;
         for (int64_t h = 0; h < c->Hkv; ++h)
             for (int64_t j = L; j < c->Tk; ++j) {
                 for (int64_t d = 0; d < c->Dk; ++d)
-                    tset(&s->k, b, h, j, d, NAN);
+                    tset(&p->k, b, h, j, d, NAN);
                 for (int64_t d = 0; d < c->Dv; ++d)
-                    tset(&s->v, b, h, j, d, NAN);
+                    tset(&p->v, b, h, j, d, NAN);
             }
     }
     if (c->kv_bcast) {
-        s->k.t.shape[0] = s->v.t.shape[0] = c->N;
-        s->k.t.stride[0] = s->v.t.stride[0] = 0;
+        p->k.t.shape[0] = p->v.t.shape[0] = c->N;
+        p->k.t.stride[0] = p->v.t.stride[0] = 0;
     }
+    /* Broadcast mask and bias; mode 4 puts keys 2 or 3 apart. */
+    const int64_t full[4] = {c->N, c->Hq, c->Tq, c->Tk};
+    const int64_t key_step = 2 + (int64_t)(c->seed & 1);
     if (c->use_mask) {
-        make_bcast(&s->mask, ELEM_U8, c, c->mask_b);
-        const int64_t *e = s->mask.t.shape;
-        for (int64_t a = 0; a < (s->mask.t.stride[0] ? e[0] : 1); ++a)
-            for (int64_t b = 0; b < (s->mask.t.stride[1] ? e[1] : 1); ++b)
-                for (int64_t i = 0; i < (s->mask.t.stride[2] ? e[2] : 1); ++i)
-                    for (int64_t j = 0; j < (s->mask.t.stride[3] ? e[3] : 1);
-                         ++j) {
-                        int forbid = rng_unit(&r) < c->mask_p;
-                        int nz = (int)rng_int(&r, 1, 255);
-                        int val = c->mask_inverted ? (forbid ? 0 : nz)
-                                                   : (forbid ? nz : 0);
-                        tset(&s->mask, a, b, i, j, val);
-                    }
+        tp_make_bcast(&p->mask, ELEM_U8, full, c->mask_b, key_step);
+        tp_fill_bcast(&p->mask, &r, 1, c->x.mask_inverted, c->mask_p, 0);
     }
     if (c->use_bias) {
-        make_bcast(&s->bias, dt, c, c->bias_b);
-        const int64_t *e = s->bias.t.shape;
-        for (int64_t a = 0; a < (s->bias.t.stride[0] ? e[0] : 1); ++a)
-            for (int64_t b = 0; b < (s->bias.t.stride[1] ? e[1] : 1); ++b)
-                for (int64_t i = 0; i < (s->bias.t.stride[2] ? e[2] : 1); ++i)
-                    for (int64_t j = 0; j < (s->bias.t.stride[3] ? e[3] : 1);
-                         ++j)
-                        tset(&s->bias, a, b, i, j,
-                             rng_unit(&r) < c->bias_ninf_p ? -INFINITY
-                                                           : rng_sym(&r, 1.5));
+        tp_make_bcast(&p->bias, dt, full, c->bias_b, key_step);
+        tp_fill_bcast(&p->bias, &r, 0, 0, 0, c->bias_ninf_p);
     }
-    tbuf_make(&s->out, dt, c->N, c->Hq, c->Tq, c->Dv, c->lay_out, c->pad_out);
-    s->map_out = tbuf_logical_map(&s->out);
+    tbuf_make(&p->out, dt, c->N, c->Hq, c->Tq, c->Dv, c->lay_out, c->pad_out);
+    s->map_out = tbuf_logical_map(&p->out);
     if (c->want_w) {
-        tbuf_make(&s->w, dt, c->N, c->Hq, c->Tq, c->Tk, c->lay_w, c->pad_w);
-        s->map_w = tbuf_logical_map(&s->w);
+        tbuf_make(&p->w, dt, c->N, c->Hq, c->Tq, c->Tk, c->lay_w, c->pad_w);
+        s->map_w = tbuf_logical_map(&p->w);
     }
     if (c->want_lse) {
-        tbuf_make(&s->lse, dt, c->N, c->Hq, c->Tq, 1, LAYOUT_BHTD,
+        tbuf_make(&p->lse, dt, c->N, c->Hq, c->Tq, 1, LAYOUT_BHTD,
                   c->pad_out ? 1 : 0);
-        s->map_lse = tbuf_logical_map(&s->lse);
+        s->map_lse = tbuf_logical_map(&p->lse);
     }
     if (c->want_logits) {
-        tbuf_make(&s->lg, dt, c->N, c->Hq, c->Tq, c->Tk, LAYOUT_BHTD, c->pad_l);
-        s->map_lg = tbuf_logical_map(&s->lg);
+        tbuf_make(&p->lg, dt, c->N, c->Hq, c->Tq, c->Tk, LAYOUT_BHTD, c->pad_l);
+        s->map_lg = tbuf_logical_map(&p->lg);
     }
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
-    a.dtype = dt;
-    a.causal = c->causal;
-    a.flags = c->mask_inverted ? SDPA_FLAG_MASK_NONZERO_ALLOWS : 0u;
-    a.scale = c->scale;
-    a.softcap = c->softcap;
-    a.kv_lens = c->use_kvlens ? c->kv_lens : NULL;
-    a.q = s->q.t;
-    a.k = s->k.t;
-    a.v = s->v.t;
-    if (c->use_mask)
-        a.mask = s->mask.t;
-    if (c->use_bias)
-        a.bias = s->bias.t;
-    a.out = s->out.t;
-    if (c->want_w)
-        a.weights = s->w.t;
-    if (c->want_lse)
-        a.lse = s->lse.t;
-    if (c->use_window) {
-        a.flags |= SDPA_FLAG_WINDOW;
-        a.window_left = c->win_left;
-        a.window_right = c->win_right;
-    }
-    if (c->alibi_mode)
-        a.alibi_slopes = c->slopes;
-    if (c->use_sinks)
-        a.sinks = c->sinks;
-    if (c->want_logits) {
-        a.logits = s->lg.t;
-        a.logits_stage = c->logits_stage;
-    }
-    s->a = a;
-}
-
-/* K/V rows that no query row of any head (or batch item) sharing them may
- * see, by the reference's verdict, are never read: fill them with NaN. */
-static void poison_unseen(inst *s, const cfg *c, const ref_result *r)
-{
-    const int64_t nkv = c->kv_bcast ? 1 : c->N, g = c->Hq / c->Hkv;
-    for (int64_t bk = 0; bk < nkv; ++bk)
-        for (int64_t hk = 0; hk < c->Hkv; ++hk)
-            for (int64_t j = 0; j < c->Tk; ++j) {
-                int seen = 0;
-                for (int64_t b = 0; b < c->N && !seen; ++b) {
-                    if (!c->kv_bcast && b != bk)
-                        continue;
-                    for (int64_t h = hk * g; h < (hk + 1) * g && !seen; ++h)
-                        for (int64_t i = 0; i < c->Tq && !seen; ++i)
-                            seen = r->allowed[(size_t)((b * c->Hq + h) * c->Tq +
-                                                       i) *
-                                                  (size_t)c->Tk +
-                                              (size_t)j];
-                }
-                if (seen)
-                    continue;
-                for (int64_t d = 0; d < c->Dk; ++d)
-                    tset(&s->k, bk, hk, j, d, NAN);
-                for (int64_t d = 0; d < c->Dv; ++d)
-                    tset(&s->v, bk, hk, j, d, NAN);
-            }
+    tp_apply(&a, dt, &c->x);
+    tp_bind(p, &a);
+    a.logits_stage = c->want_logits ? c->logits_stage : 0;
+    p->a = a;
 }
 
 static void inst_free(inst *s)
 {
-    tbuf_free(&s->q);
-    tbuf_free(&s->k);
-    tbuf_free(&s->v);
-    tbuf_free(&s->mask);
-    tbuf_free(&s->bias);
-    tbuf_free(&s->out);
-    tbuf_free(&s->w);
-    tbuf_free(&s->lse);
-    tbuf_free(&s->lg);
+    tp_free(&s->p);
     free(s->map_out);
     free(s->map_w);
     free(s->map_lse);
     free(s->map_lg);
 }
 
-/* Output buffers are reset to a byte pattern (0xA5: a negative NaN-free
- * float/double, so "untouched" is a byte comparison) before each call. */
-static void reset_outputs(inst *s)
-{
-    fill_sentinel(s->out.mem, s->out.elems * s->out.esize);
-    if (s->w.mem)
-        fill_sentinel(s->w.mem, s->w.elems * s->w.esize);
-    if (s->lse.mem)
-        fill_sentinel(s->lse.mem, s->lse.elems * s->lse.esize);
-    if (s->lg.mem)
-        fill_sentinel(s->lg.mem, s->lg.elems * s->lg.esize);
-}
-
-/* Bytes outside the logical view (map == 0) must keep the sentinel; with
- * all_bytes, every byte must. Returns the first bad element or -1. */
-static long untouched(const tbuf *x, const unsigned char *map, int all_bytes)
-{
-    if (!x->mem)
-        return -1;
-    const unsigned char *p = x->mem;
-    for (size_t e = 0; e < x->elems; ++e) {
-        if (!all_bytes && map[e])
-            continue;
-        for (size_t b = 0; b < x->esize; ++b)
-            if (p[e * x->esize + b] != SENTINEL_BYTE)
-                return (long)e;
-    }
-    return -1;
-}
-
-typedef struct tol {
-    double w, logit, out, lse_abs, lse_rel;
-} tol;
+typedef test_tol tol;
 
 static tol tolerance(const cfg *c, const ref_result *r)
 {
-    const double eps = c->dtype == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
-    const double L = (double)r->logit_absmax;
-    const double A = (double)r->alibi_absmax, S = (double)r->sink_absmax;
-    const double Tk = (double)c->Tk, Dk = (double)c->Dk;
-    const double Tk1 = Tk + (c->use_sinks ? 1 : 0);
-    const double e_s = (Dk + 4) * eps * L +
-                       4 * eps * (1 + L + A + S + c->softcap) + 2 * eps * A;
-    const double e_p = 2 * e_s + (Tk1 + 16) * eps;
-    tol t;
-    t.w = 2 * e_p;
-    t.logit = 2 * e_s;
-    t.out = 2 * ((double)r->v_absmax + 1e-300) * (e_p + (Tk + 4) * eps);
-    t.lse_abs = 2 * (e_s + (Tk1 + 16) * eps);
-    t.lse_rel = 2 * eps;
-    return t;
-}
-
-static const char *path_name(int p)
-{
-    static const char *n[] = {"AUTO", "MATERIALISED", "TILED", "DECODE"};
-    return n[p];
+    return tp_forward_tol(tp_eps(c->dtype), r, c->Tk, c->Dk, c->x.softcap,
+                          c->x.use_sinks, 0, 0);
 }
 
 /* Largest observed error / tolerance, per output (out, weights, lse,
@@ -528,7 +377,7 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                    const tol *t, int path, int kernel)
 {
     char where[128];
-    snprintf(where, sizeof where, "path=%s kernel=%s", path_name(path),
+    snprintf(where, sizeof where, "path=%s kernel=%s", tp_path_name(path),
              kernel_name(kernel));
     for (int64_t b = 0; b < c->N; ++b)
         for (int64_t h = 0; h < c->Hq; ++h)
@@ -537,7 +386,7 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                 for (int64_t d = 0; d < c->Dv; ++d) {
                     double ref =
                         (double)r->out[row * (size_t)c->Dv + (size_t)d];
-                    double got = tget(&s->out, b, h, i, d);
+                    double got = tget(&s->p.out, b, h, i, d);
                     double e = fabs(got - ref);
                     if (!(e <= t->out)) {
                         print_message("  MISMATCH out[%lld,%lld,%lld,%lld] got "
@@ -548,11 +397,11 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                     }
                     note_ratio(0, e, t->out);
                 }
-                if (s->w.mem)
+                if (s->p.w.mem)
                     for (int64_t j = 0; j < c->Tk; ++j) {
                         size_t k = row * (size_t)c->Tk + (size_t)j;
                         double ref = (double)r->weights[k];
-                        double got = tget(&s->w, b, h, i, j);
+                        double got = tget(&s->p.w, b, h, i, j);
                         if (!r->allowed[k] && got != 0.0) {
                             print_message("  forbidden weight[%lld,%lld,%lld,"
                                           "%lld] = %.10g, not exactly 0 (%s)\n",
@@ -573,11 +422,11 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                         }
                         note_ratio(1, e, t->w);
                     }
-                if (s->lg.mem)
+                if (s->p.lg.mem)
                     for (int64_t j = 0; j < c->Tk; ++j) {
                         size_t k = row * (size_t)c->Tk + (size_t)j;
                         double ref = (double)r->logits[k];
-                        double got = tget(&s->lg, b, h, i, j);
+                        double got = tget(&s->p.lg, b, h, i, j);
                         if (!r->allowed[k]) {
                             if (!(isinf(got) && got < 0)) {
                                 print_message("  forbidden logit[%lld,%lld,"
@@ -602,9 +451,9 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                         }
                         note_ratio(3, e, t->logit);
                     }
-                if (s->lse.mem) {
+                if (s->p.lse.mem) {
                     double ref = (double)r->lse[row];
-                    double got = tget(&s->lse, b, h, i, 0);
+                    double got = tget(&s->p.lse, b, h, i, 0);
                     int ok;
                     if (isinf(ref))
                         ok = isinf(got) && got < 0;
@@ -625,10 +474,10 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                 }
             }
     /* Padding between rows is never written. */
-    long e1 = untouched(&s->out, s->map_out, 0);
-    long e2 = untouched(&s->w, s->map_w, 0);
-    long e3 = untouched(&s->lse, s->map_lse, 0);
-    long e4 = untouched(&s->lg, s->map_lg, 0);
+    long e1 = tp_untouched(&s->p.out, s->map_out, 0);
+    long e2 = tp_untouched(&s->p.w, s->map_w, 0);
+    long e3 = tp_untouched(&s->p.lse, s->map_lse, 0);
+    long e4 = tp_untouched(&s->p.lg, s->map_lg, 0);
     if (e1 >= 0 || e2 >= 0 || e3 >= 0 || e4 >= 0) {
         print_message("  padding written: out elem %ld, weights elem %ld, lse "
                       "elem %ld, logits elem %ld (%s)\n",
@@ -651,20 +500,20 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
     inst s;
     inst_make(&s, c);
     ref_result r;
-    assert_int_equal(ref_forward(&s.a, &r), 0);
-    if (c->use_window)
-        poison_unseen(&s, c, &r);
+    assert_int_equal(ref_forward(&s.p.a, &r), 0);
+    if (c->x.use_window)
+        tp_poison_unseen(&s.p, &r, c->kv_bcast);
     const tol t = tolerance(c, &r);
     const int expect_error = r.any_empty && !c->empty_zero;
     if (expect_error)
         st->errors_expected++;
     st->configs++;
     const int features =
-        c->use_window + (c->alibi_mode != 0) + c->use_sinks + c->want_logits;
-    st->window += c->use_window;
+        c->x.use_window + (c->alibi_mode != 0) + c->x.use_sinks + c->want_logits;
+    st->window += c->x.use_window;
     st->alibi_std += c->alibi_mode == 1;
     st->alibi_rnd += c->alibi_mode >= 2;
-    st->sinks += c->use_sinks;
+    st->sinks += c->x.use_sinks;
     st->logits[c->logits_stage]++;
     st->combined += features >= 2;
     st->none += features == 0;
@@ -687,44 +536,41 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
         assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, 0), SDPA_OK);
 
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
-        int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]);
-        if (ks == SDPA_ERR_UNSUPPORTED) {
+        if (!tp_use_kernel(ctx, ki)) {
             st->kernels_skipped++;
             continue;
         }
-        assert_int_equal(ks, SDPA_OK);
         for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
-                             SDPA_OK);
-            reset_outputs(&s);
-            int rc = sdpa_forward(ctx, &s.a);
+            tp_use_path(ctx, path);
+            tp_clear_outputs(&s.p);
+            int rc = sdpa_forward(ctx, &s.p.a);
             int bad = 0;
             if (rc == SDPA_ERR_UNSUPPORTED &&
                 (path == SDPA_PATH_TILED || path == SDPA_PATH_DECODE)) {
                 st->skipped[path]++;
-                bad = untouched(&s.out, s.map_out, 1) >= 0 ||
-                      untouched(&s.w, s.map_w, 1) >= 0 ||
-                      untouched(&s.lse, s.map_lse, 1) >= 0 ||
-                      untouched(&s.lg, s.map_lg, 1) >= 0;
+                bad = tp_untouched(&s.p.out, s.map_out, 1) >= 0 ||
+                      tp_untouched(&s.p.w, s.map_w, 1) >= 0 ||
+                      tp_untouched(&s.p.lse, s.map_lse, 1) >= 0 ||
+                      tp_untouched(&s.p.lg, s.map_lg, 1) >= 0;
                 if (bad)
                     print_message("  UNSUPPORTED but outputs were written "
                                   "(path %s)\n",
-                                  path_name(path));
+                                  tp_path_name(path));
             } else if (expect_error) {
                 if (rc != SDPA_ERR_FULLY_MASKED_ROW) {
                     print_message("  expected FULLY_MASKED_ROW (b%lld h%lld "
                                   "i%lld), got %s: %s (path %s)\n",
                                   (long long)r.empty_b, (long long)r.empty_h,
                                   (long long)r.empty_i, sdpa_status_string(rc),
-                                  sdpa_ctx_last_error(ctx), path_name(path));
+                                  sdpa_ctx_last_error(ctx), tp_path_name(path));
                     bad = 1;
-                } else if (untouched(&s.out, s.map_out, 1) >= 0 ||
-                           untouched(&s.w, s.map_w, 1) >= 0 ||
-                           untouched(&s.lse, s.map_lse, 1) >= 0 ||
-                           untouched(&s.lg, s.map_lg, 1) >= 0) {
+                } else if (tp_untouched(&s.p.out, s.map_out, 1) >= 0 ||
+                           tp_untouched(&s.p.w, s.map_w, 1) >= 0 ||
+                           tp_untouched(&s.p.lse, s.map_lse, 1) >= 0 ||
+                           tp_untouched(&s.p.lg, s.map_lg, 1) >= 0) {
                     print_message("  FULLY_MASKED_ROW but outputs were "
                                   "written (path %s)\n",
-                                  path_name(path));
+                                  tp_path_name(path));
                     bad = 1;
                 }
                 st->runs[path]++;
@@ -732,7 +578,7 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
                 print_message("  sdpa_forward failed: %s: %s (path %s kernel "
                               "%d)\n",
                               sdpa_status_string(rc), sdpa_ctx_last_error(ctx),
-                              path_name(path), test_kernels[ki]);
+                              tp_path_name(path), test_kernels[ki]);
                 bad = 1;
             } else {
                 st->runs[path]++;

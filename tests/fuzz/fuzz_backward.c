@@ -401,13 +401,13 @@ static sdpa_tensor *slot_of(sdpa_backward_args *a, int t)
 }
 
 /* Compares every gradient with the reference. */
-static void compare(const sdpa_backward_args *a, const fz_bwd_ref *r)
+static void compare(const sdpa_backward_args *a, const bwd_ref *r)
 {
     const double eps = g.dt.compute == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
     for (int64_t b = 0; b < g.N; b++)
         for (int64_t h = 0; h < g.Hq; h++)
             for (int64_t i = 0; i < g.Tq; i++) {
-                size_t x = fz_bwd_dq_at(r, b, h, i);
+                size_t x = bwd_dq_at(r, b, h, i);
                 for (int64_t d = 0; d < g.Dk; d++)
                     fz_check_close(
                         "dq", fz_get(&g_t[T_DQ], fz_off4(&a->dq, b, h, i, d)),
@@ -417,7 +417,7 @@ static void compare(const sdpa_backward_args *a, const fz_bwd_ref *r)
     for (int64_t b = 0; b < r->nk; b++)
         for (int64_t hk = 0; hk < g.Hkv; hk++)
             for (int64_t j = 0; j < g.Tk; j++) {
-                size_t x = fz_bwd_dk_at(r, b, hk, j);
+                size_t x = bwd_dk_at(r, b, hk, j);
                 for (int64_t d = 0; d < g.Dk; d++)
                     fz_check_close(
                         "dk", fz_get(&g_t[T_DK], fz_off4(&a->dk, b, hk, j, d)),
@@ -427,7 +427,7 @@ static void compare(const sdpa_backward_args *a, const fz_bwd_ref *r)
     for (int64_t b = 0; b < r->nv; b++)
         for (int64_t hk = 0; hk < g.Hkv; hk++)
             for (int64_t j = 0; j < g.Tk; j++) {
-                size_t x = fz_bwd_dv_at(r, b, hk, j);
+                size_t x = bwd_dv_at(r, b, hk, j);
                 for (int64_t d = 0; d < g.Dv; d++)
                     fz_check_close(
                         "dv", fz_get(&g_t[T_DV], fz_off4(&a->dv, b, hk, j, d)),
@@ -440,7 +440,7 @@ static void compare(const sdpa_backward_args *a, const fz_bwd_ref *r)
             for (int64_t h = 0; h < e[1]; h++)
                 for (int64_t i = 0; i < e[2]; i++)
                     for (int64_t j = 0; j < e[3]; j++) {
-                        size_t x = fz_bwd_db_at(r, b, h, i, j);
+                        size_t x = bwd_db_at(r, b, h, i, j);
                         fz_check_close("dbias",
                                        fz_get(&g_t[T_DBIAS],
                                               fz_off4(&a->dbias, b, h, i, j)),
@@ -744,15 +744,15 @@ static void run(void)
     else if (g.dt.valid)
         fz_check_bufs(0, st == SDPA_OK, "backward");
     if (st == SDPA_OK && check_vals) {
-        fz_bwd_ref r;
-        fz_bwd_extra none = {0, 0, 0, 0, 0, 0};
-        CHECK(fz_ref_backward(&box.a,
+        bwd_ref r;
+        bwd_extra none = {0, 0, 0, 0, 0, 0};
+        CHECK(ref_backward(&box.a,
                               g.dt.compute == SDPA_FLOAT32 ? FLT_EPSILON
                                                            : DBL_EPSILON,
                               &none, &r) == 0,
               "reference out of memory");
         compare(&box.a, &r);
-        fz_bwd_ref_free(&r);
+        bwd_ref_free(&r);
     }
     /* a second call: another thread count (bitwise), or the same call
      * (allocates nothing) */

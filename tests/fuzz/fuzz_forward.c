@@ -1297,7 +1297,7 @@ static void run_small(void)
     if (c->dt.pending) /* half types: any documented status here; their
                           values are checked by fuzz_storage */
         expect = FZ_ALL_DOCUMENTED;
-    fz_tol tol;
+    test_tol tol;
     memset(&tol, 0, sizeof tol);
     if (have_ref) {
         /* the library's view: the 1.1 fields it cannot see are 0 */
@@ -1364,7 +1364,7 @@ static void run_small(void)
             if (nf_ok || an.nf_certain)
                 expect |= FZ_BIT(SDPA_ERR_NONFINITE);
         }
-        tol = fz_forward_tol(f32 ? FLT_EPSILON : DBL_EPSILON, &ref, c->Tk,
+        tol = tp_forward_tol(f32 ? FLT_EPSILON : DBL_EPSILON, &ref, c->Tk,
                              c->Dk, c->softcap, c->sinks != NULL, 0, 0);
     }
     expect |= amb;

@@ -108,7 +108,7 @@ typedef struct fz_layer_ref {
      * rounded to double, with the tolerance of the attention outputs */
     long double *y, *ty;
     ref_result att;
-    fz_tol att_tol;
+    test_tol att_tol;
     double eps;
     /* the gradients (fz_layer_ref_backward) and their bounds: dx_q
      * [N, Tq, E], dx_kv [N, Tk, E], dw_*, db_* row-major as the weights */

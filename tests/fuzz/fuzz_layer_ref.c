@@ -7,7 +7,7 @@
  * fuzz_ref.c). Every quantity carries a bound of the error the library may
  * make computing it in its dtype: a product of k terms adds (k + 2) eps of
  * the sum of |terms|, errors of the factors propagate through their
- * magnitudes, a rotation adds the angle's error (fz_angle_bound) and a
+ * magnitudes, a rotation adds the angle's error (ref_angle_bound) and a
  * rounding; the attention's own bounds are fuzz_ref.c's, widened by the
  * errors of the Q, K, V, O and dO the library computes on the way.
  */
@@ -94,9 +94,9 @@ static void x_tilde(const fz_layer_call *c, int kv, long double **x,
                 long double v = fz_get_raw(t->data, es, fz_off4(t, b, 0, r, m));
                 (*x)[at] = v;
                 if (c->positions == SDPA_POS_SINUSOIDAL) {
-                    long double pe = fz_sinusoid(c->base, p, m, c->E);
+                    long double pe = ref_sinusoid(c->base, p, m, c->E);
                     (*x)[at] = v + pe;
-                    (*ex)[at] = fz_angle_bound(c->base, p, m / 2, c->E) +
+                    (*ex)[at] = ref_angle_bound(c->base, p, m / 2, c->E) +
                                 eps * (fabsl(v) + 2);
                 }
             }
@@ -124,12 +124,12 @@ static void rope_rows(const fz_layer_call *c, int kv, long double *x,
                 long double *v = x + (b * len + r) * heads * d + h * d;
                 long double *e = ex + (b * len + r) * heads * d + h * d;
                 memcpy(row, v, sizeof(long double) * (size_t)d);
-                fz_rope_row(row, d, d, style, c->base, sign * p);
+                ref_rope_row(row, d, d, style, c->base, sign * p);
                 for (int64_t j = 0; j < d; j++) {
-                    int64_t pr, q = fz_rope_partner(j, d, style, &pr);
+                    int64_t pr, q = ref_rope_partner(j, d, style, &pr);
                     long double norm = hypotl(v[j], v[q]);
                     err[j] = e[j] + e[q] +
-                             norm * (fz_angle_bound(c->base, p, pr, d) + eps);
+                             norm * (ref_angle_bound(c->base, p, pr, d) + eps);
                 }
                 memcpy(v, row, sizeof(long double) * (size_t)d);
                 memcpy(e, err, sizeof(long double) * (size_t)d);
@@ -250,7 +250,7 @@ int fz_layer_ref_forward(const fz_layer_call *c, fz_layer_ref *r)
         f.scale != 0 ? f.scale : 1 / sqrtl((long double)c->dk);
     r->e_s =
         (double)(scale * (long double)c->dk * (EQ * KM + QM * EK + EQ * EK));
-    r->att_tol = fz_forward_tol((double)eps, &r->att, c->Tk, c->dk, f.softcap,
+    r->att_tol = tp_forward_tol((double)eps, &r->att, c->Tk, c->dk, f.softcap,
                                 f.sinks != NULL, r->e_s, (double)EV);
     /* O = the heads' outputs side by side, y = O W_O + b_O */
     r->o = ld_alloc((size_t)(rq * wo)), r->eo = ld_alloc((size_t)(rq * wo));
@@ -367,14 +367,14 @@ int fz_layer_ref_backward(const fz_layer_call *c, const sdpa_tensor *dy,
     ba.window_right = f.window_right;
     ba.alibi_slopes = f.alibi_slopes;
     ba.sinks = f.sinks;
-    fz_bwd_extra x = {r->e_s,
+    bwd_extra x = {r->e_s,
                       max_of(r->eq, (size_t)(rq * wq)),
                       max_of(r->ek, (size_t)(rk * wk)),
                       max_of(r->ev, (size_t)(rk * wv)),
                       (long double)r->att_tol.out,
                       max_of(edO, (size_t)(rq * wo))};
-    fz_bwd_ref br;
-    if (fz_ref_backward(&ba, (double)eps, &x, &br) != 0)
+    bwd_ref br;
+    if (ref_backward(&ba, (double)eps, &x, &br) != 0)
         return -1;
     /* back to rows (b, t) of heads * d, the bounds as absolute errors */
     long double *dQ = ld_alloc((size_t)(rq * wq)),
@@ -387,7 +387,7 @@ int fz_layer_ref_backward(const fz_layer_call *c, const sdpa_tensor *dy,
         for (int64_t t = 0; t < c->Tq; t++)
             for (int64_t h = 0; h < c->Hq; h++)
                 for (int64_t j = 0; j < c->dk; j++) {
-                    size_t s = fz_bwd_dq_at(&br, b, h, t) + (size_t)j;
+                    size_t s = bwd_dq_at(&br, b, h, t) + (size_t)j;
                     size_t at = (size_t)((b * c->Tq + t) * wq + h * c->dk + j);
                     dQ[at] = br.dq[s];
                     edQ[at] = 2 * (br.tq[s] + 2 * eps * fabsl(br.dq[s]));
@@ -395,20 +395,20 @@ int fz_layer_ref_backward(const fz_layer_call *c, const sdpa_tensor *dy,
         for (int64_t t = 0; t < c->Tk; t++)
             for (int64_t h = 0; h < c->Hkv; h++) {
                 for (int64_t j = 0; j < c->dk; j++) {
-                    size_t s = fz_bwd_dk_at(&br, b, h, t) + (size_t)j;
+                    size_t s = bwd_dk_at(&br, b, h, t) + (size_t)j;
                     size_t at = (size_t)((b * c->Tk + t) * wk + h * c->dk + j);
                     dK[at] = br.dk[s];
                     edK[at] = 2 * (br.tk[s] + 2 * eps * fabsl(br.dk[s]));
                 }
                 for (int64_t j = 0; j < c->dv; j++) {
-                    size_t s = fz_bwd_dv_at(&br, b, h, t) + (size_t)j;
+                    size_t s = bwd_dv_at(&br, b, h, t) + (size_t)j;
                     size_t at = (size_t)((b * c->Tk + t) * wv + h * c->dv + j);
                     dV[at] = br.dv[s];
                     edV[at] = 2 * (br.tv[s] + 2 * eps * fabsl(br.dv[s]));
                 }
             }
     }
-    fz_bwd_ref_free(&br);
+    bwd_ref_free(&br);
     /* the inverse rotation (the transpose: RoPE at -p) */
     rope_rows(c, 0, dQ, edQ, c->Hq, c->dk, -1, eps);
     rope_rows(c, 1, dK, edK, c->Hkv, c->dk, -1, eps);

@@ -371,7 +371,7 @@ static int closed_form(int64_t b, int64_t h, int64_t t, long double *out,
 /* The merged out and lse against the closed form of the partials the call
  * read (and in split mode against the reference of the whole problem);
  * copies the results into res_out / res_lse. */
-static void check_result(const ref_result *whole, const fz_tol *wt,
+static void check_result(const ref_result *whole, const test_tol *wt,
                          const sdpa_tensor *out_v, const sdpa_tensor *lse_v,
                          double *res_out, double *res_lse)
 {
@@ -698,7 +698,7 @@ static void run(void)
     memset(&pb, 0, sizeof pb);
     ref_result whole;
     memset(&whole, 0, sizeof whole);
-    fz_tol wt;
+    test_tol wt;
     memset(&wt, 0, sizeof wt);
     int have_whole = 0;
     if (g.mode == 1 && errs == 0) {
@@ -706,7 +706,7 @@ static void run(void)
         run_partials(&pb);
         CHECK(ref_forward(&pb.a, &whole) == 0, "reference out of memory");
         have_whole = 1;
-        wt = fz_forward_tol(dt == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON,
+        wt = tp_forward_tol(dt == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON,
                             &whole, pb.Tk, pb.Dk, pb.a.softcap,
                             pb.a.sinks != NULL, 0, 0);
     } else if (errs == 0 || bad == 10) {

@@ -270,16 +270,16 @@ static void run_rope(void)
                 for (int64_t c = 0; c < D; c++)
                     row[c] = fz_get_raw(snap, es, fz_off4(&x.t, b, h, t, c));
                 for (int64_t c = 0; c < D; c++) {
-                    int64_t r, q = fz_rope_partner(c, rd, style, &r);
+                    int64_t r, q = ref_rope_partner(c, rd, style, &r);
                     norm[c] = q < 0 ? 0 : hypotl(row[c], row[q]);
                 }
                 long double orig[96];
                 memcpy(orig, row, sizeof(long double) * (size_t)D);
-                fz_rope_row(row, D, rd, style, base, p);
+                ref_rope_row(row, D, rd, style, base, p);
                 for (int64_t c = 0; c < D; c++) {
                     int64_t off = fz_off4(&x.t, b, h, t, c);
                     double got = fz_get(&x, off);
-                    int64_t r, q = fz_rope_partner(c, rd, style, &r);
+                    int64_t r, q = ref_rope_partner(c, rd, style, &r);
                     if (q < 0) { /* beyond rotary_dim: left as is */
                         double was = (double)orig[c];
                         CHECK(memcmp(&got, &was, sizeof got) == 0,
@@ -289,7 +289,7 @@ static void run_rope(void)
                               (long long)c, (long long)rd, was, got);
                         continue;
                     }
-                    long double ab = fz_angle_bound(base, p, r, rd);
+                    long double ab = ref_angle_bound(base, p, r, rd);
                     long double tol = 2 * norm[c] * (ab + (f32 ? 0x1p-24L : 0));
                     long double ref = row[c];
                     if (ab >= 1) { /* any angle: a value within the norm */
@@ -402,8 +402,8 @@ static void run_table(void)
         for (int64_t c = 0; c < dim; c++) {
             double got = fz_get_raw(buf->mem, es, t * dim + c);
             int64_t p = offset + t;
-            long double ref = fz_sinusoid(base, p, c, dim);
-            long double ab = fz_angle_bound(base, p, c / 2, dim);
+            long double ref = ref_sinusoid(base, p, c, dim);
+            long double ab = ref_angle_bound(base, p, c / 2, dim);
             if (ab >= 1) {
                 CHECK(isfinite(got) && fabs(got) <= 1.0,
                       "table[%lld][%lld] = %.17g at position %lld (base %g)",

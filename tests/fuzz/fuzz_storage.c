@@ -1721,7 +1721,7 @@ static void check_finite_out(const cfg *c, const char *what)
                 }
 }
 
-static void check_values(const cfg *c, const ref_result *ref, const fz_tol *tol,
+static void check_values(const cfg *c, const ref_result *ref, const test_tol *tol,
                          int check_vals)
 {
     const int half_out = is_half(c->qt);
@@ -1976,7 +1976,7 @@ static void run_one(void)
     /* the reference and the statuses the call may give */
     ref_result ref;
     memset(&ref, 0, sizeof ref);
-    fz_tol tol;
+    test_tol tol;
     memset(&tol, 0, sizeof tol);
     int have_ref = in.errs == 0;
     int check_vals = 0;
@@ -2004,7 +2004,7 @@ static void run_one(void)
             CHECK(ref.allowed[k] == g_allowed[k],
                   "harness and reference disagree on cell %zu", k);
         const double eps = c->ct == SDPA_FLOAT64 ? DBL_EPSILON : FLT_EPSILON;
-        tol = fz_forward_tol(eps, &ref, c->Tk, c->Dk, c->softcap,
+        tol = tp_forward_tol(eps, &ref, c->Tk, c->Dk, c->softcap,
                              c->sinks != NULL, 0, 0);
         /* a non-finite V element some row sees: NaN for sure where a row
          * gives it a weight that is not 0 */

@@ -1,0 +1,44 @@
+/*
+ * The unit tests' loops over the row kernels and paths (cmocka-asserted,
+ * header-only like kernel_sets.h): include after cmocka.h.
+ */
+#ifndef SDPA_TEST_CHECKS_H
+#define SDPA_TEST_CHECKS_H
+
+#include "problem.h"
+
+/* Sets test_kernels[ki]; 0 (and a note, once per kernel) when the CPU
+ * lacks it. */
+static inline int tp_use_kernel(sdpa_ctx *ctx, int ki)
+{
+    static int noted[TEST_KERNELS];
+    int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]);
+    if (ks == SDPA_ERR_UNSUPPORTED) {
+        if (!noted[ki]++)
+            print_message("  kernel %s: not supported by this CPU, skipped\n",
+                          kernel_name(test_kernels[ki]));
+        return 0;
+    }
+    assert_int_equal(ks, SDPA_OK);
+    return 1;
+}
+
+static inline void tp_use_path(sdpa_ctx *ctx, int path)
+{
+    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
+}
+
+/* A context, with SDPA_EMPTY_ROWS_ZERO when empty_zero. */
+static inline sdpa_ctx *tp_ctx(int empty_zero)
+{
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    assert_non_null(ctx);
+    if (empty_zero)
+        assert_int_equal(
+            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
+            SDPA_OK);
+    return ctx;
+}
+
+#endif

@@ -1,0 +1,300 @@
+/* The unit tests' problem builder and helpers; see problem.h. */
+#include "problem.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tp_init(test_problem *p, int dtype, int64_t N, int64_t Hq, int64_t Hkv,
+             int64_t Tq, int64_t Tk, int64_t Dk, int64_t Dv)
+{
+    memset(p, 0, sizeof *p);
+    p->dtype = dtype;
+    p->N = N;
+    p->Hq = Hq;
+    p->Hkv = Hkv;
+    p->Tq = Tq;
+    p->Tk = Tk;
+    p->Dk = Dk;
+    p->Dv = Dv;
+}
+
+void tp_make(test_problem *p, int dtype, rng *r, double amp, int64_t N,
+             int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dk,
+             int64_t Dv)
+{
+    tp_init(p, dtype, N, Hq, Hkv, Tq, Tk, Dk, Dv);
+    tbuf_make(&p->q, dtype, N, Hq, Tq, Dk, LAYOUT_BHTD, 0);
+    tbuf_make(&p->k, dtype, N, Hkv, Tk, Dk, LAYOUT_BHTD, 0);
+    tbuf_make(&p->v, dtype, N, Hkv, Tk, Dv, LAYOUT_BHTD, 0);
+    tbuf_fill_random(&p->q, r, amp);
+    tbuf_fill_random(&p->k, r, amp);
+    tbuf_fill_random(&p->v, r, 1.0);
+    tbuf_make(&p->out, dtype, N, Hq, Tq, Dv, LAYOUT_BHTD, 0);
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = dtype;
+    tp_bind(p, &a);
+    p->a = a;
+}
+
+void tp_outputs(test_problem *p, int weights, int lse, int logits_stage)
+{
+    if (weights)
+        tbuf_make(&p->w, p->dtype, p->N, p->Hq, p->Tq, p->Tk, LAYOUT_BHTD, 0);
+    if (lse)
+        tbuf_make(&p->lse, p->dtype, p->N, p->Hq, p->Tq, 1, LAYOUT_BHTD, 0);
+    if (logits_stage) {
+        tbuf_make(&p->lg, p->dtype, p->N, p->Hq, p->Tq, p->Tk, LAYOUT_BHTD, 0);
+        p->a.logits_stage = logits_stage;
+    }
+    tp_bind(p, &p->a);
+}
+
+void tp_mask_random(test_problem *p, rng *r, double pr)
+{
+    tbuf_make(&p->mask, ELEM_U8, p->N, p->Hq, p->Tq, p->Tk, LAYOUT_BHTD, 0);
+    for (size_t i = 0; i < p->mask.elems; ++i)
+        ((unsigned char *)p->mask.mem)[i] = rng_unit(r) < pr ? 1 : 0;
+    p->a.mask = p->mask.t;
+}
+
+void tp_window(test_problem *p, int64_t left, int64_t right)
+{
+    p->a.flags |= SDPA_FLAG_WINDOW;
+    p->a.window_left = left;
+    p->a.window_right = right;
+}
+
+void tp_alibi(test_problem *p, const double *slopes)
+{
+    memcpy(p->slopes, slopes, (size_t)p->Hq * sizeof(double));
+    p->a.alibi_slopes = p->slopes;
+}
+
+void tp_sinks(test_problem *p, const double *sinks)
+{
+    memcpy(p->sinks, sinks, (size_t)p->Hq * sizeof(double));
+    p->a.sinks = p->sinks;
+}
+
+void tp_kvlens(test_problem *p, const int64_t *lens)
+{
+    memcpy(p->kv_lens, lens, (size_t)p->N * sizeof(int64_t));
+    p->a.kv_lens = p->kv_lens;
+}
+
+void tp_free(test_problem *p)
+{
+    tbuf *all[] = {&p->q,   &p->k, &p->v,   &p->mask, &p->bias,
+                   &p->out, &p->w, &p->lse, &p->lg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+        tbuf_free(all[i]);
+}
+
+void tp_bind(const test_problem *p, sdpa_forward_args *a)
+{
+    a->q = p->q.t;
+    a->k = p->k.t;
+    a->v = p->v.t;
+    a->out = p->out.t;
+    if (p->mask.mem)
+        a->mask = p->mask.t;
+    if (p->bias.mem)
+        a->bias = p->bias.t;
+    if (p->w.mem)
+        a->weights = p->w.t;
+    if (p->lse.mem)
+        a->lse = p->lse.t;
+    if (p->lg.mem)
+        a->logits = p->lg.t;
+}
+
+void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x)
+{
+    a->dtype = dtype;
+    a->causal = x->causal;
+    a->flags = x->mask_inverted ? SDPA_FLAG_MASK_NONZERO_ALLOWS : 0u;
+    a->scale = x->scale;
+    a->softcap = x->softcap;
+    a->kv_lens = x->use_kvlens ? x->kv_lens : NULL;
+    if (x->use_window) {
+        a->flags |= SDPA_FLAG_WINDOW;
+        a->window_left = x->win_left;
+        a->window_right = x->win_right;
+    }
+    if (x->use_alibi)
+        a->alibi_slopes = x->slopes;
+    if (x->use_sinks)
+        a->sinks = x->sinks;
+}
+
+sdpa_backward_args tp_backward_of(const sdpa_forward_args *a)
+{
+    sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
+    g.dtype = a->dtype;
+    g.causal = a->causal;
+    g.flags = a->flags;
+    g.scale = a->scale;
+    g.softcap = a->softcap;
+    g.kv_lens = a->kv_lens;
+    g.q = a->q;
+    g.k = a->k;
+    g.v = a->v;
+    g.mask = a->mask;
+    g.bias = a->bias;
+    g.out = a->out;
+    g.lse = a->lse;
+    g.window_left = a->window_left;
+    g.window_right = a->window_right;
+    g.alibi_slopes = a->alibi_slopes;
+    g.sinks = a->sinks;
+    return g;
+}
+
+void tp_make_bcast(tbuf *x, int kind, const int64_t *full, const int *bm,
+                   int64_t key_step)
+{
+    int64_t ext[4];
+    for (int d = 0; d < 4; ++d)
+        ext[d] = bm[d] == 0 ? full[d] : bm[d] == 4 ? full[d] * key_step : 1;
+    tbuf_make(x, kind, ext[0], ext[1], ext[2], ext[3], LAYOUT_BHTD, 0);
+    for (int d = 0; d < 4; ++d)
+        if (bm[d] == 3 || bm[d] == 4) {
+            x->t.shape[d] = full[d];
+            x->t.stride[d] = bm[d] == 3 ? 0 : key_step;
+        }
+}
+
+void tp_fill_bcast(tbuf *x, rng *r, int is_mask, int inverted, double mask_p,
+                   double ninf_p)
+{
+    const int64_t *e = x->t.shape;
+    for (int64_t a = 0; a < (x->t.stride[0] ? e[0] : 1); ++a)
+        for (int64_t b = 0; b < (x->t.stride[1] ? e[1] : 1); ++b)
+            for (int64_t i = 0; i < (x->t.stride[2] ? e[2] : 1); ++i)
+                for (int64_t j = 0; j < (x->t.stride[3] ? e[3] : 1); ++j) {
+                    if (is_mask) {
+                        int forbid = rng_unit(r) < mask_p;
+                        int nz = (int)rng_int(r, 1, 255);
+                        tset(x, a, b, i, j,
+                             inverted ? (forbid ? 0 : nz) : (forbid ? nz : 0));
+                    } else {
+                        tset(x, a, b, i, j,
+                             rng_unit(r) < ninf_p ? -INFINITY
+                                                  : rng_sym(r, 1.5));
+                    }
+                }
+}
+
+long tp_poison_unseen(test_problem *p, const ref_result *r, int kv_bcast)
+{
+    const int64_t nkv = kv_bcast ? 1 : p->N, g = p->Hq / p->Hkv;
+    long n = 0;
+    for (int64_t bk = 0; bk < nkv; ++bk)
+        for (int64_t hk = 0; hk < p->Hkv; ++hk)
+            for (int64_t j = 0; j < p->Tk; ++j) {
+                int seen = 0;
+                for (int64_t b = 0; b < p->N && !seen; ++b) {
+                    if (!kv_bcast && b != bk)
+                        continue;
+                    for (int64_t h = hk * g; h < (hk + 1) * g && !seen; ++h)
+                        for (int64_t i = 0; i < p->Tq && !seen; ++i)
+                            seen = r->allowed[(size_t)((b * p->Hq + h) * p->Tq +
+                                                       i) *
+                                                  (size_t)p->Tk +
+                                              (size_t)j];
+                }
+                if (seen)
+                    continue;
+                for (int64_t d = 0; d < p->Dk; ++d)
+                    tset(&p->k, bk, hk, j, d, NAN);
+                for (int64_t d = 0; d < p->Dv; ++d)
+                    tset(&p->v, bk, hk, j, d, NAN);
+                n++;
+            }
+    return n;
+}
+
+void tp_clear(tbuf *x)
+{
+    if (x->mem)
+        fill_sentinel(x->mem, x->elems * x->esize);
+}
+
+void tp_clear_outputs(test_problem *p)
+{
+    tbuf *o[] = {&p->out, &p->w, &p->lse, &p->lg};
+    for (int i = 0; i < 4; ++i)
+        tp_clear(o[i]);
+}
+
+int tp_outputs_untouched(const test_problem *p)
+{
+    const tbuf *o[] = {&p->out, &p->w, &p->lse, &p->lg};
+    for (int i = 0; i < 4; ++i)
+        if (o[i]->mem &&
+            first_non_sentinel(o[i]->mem, o[i]->elems * o[i]->esize) >= 0)
+            return 0;
+    return 1;
+}
+
+long tp_untouched(const tbuf *x, const unsigned char *map, int all_bytes)
+{
+    if (!x->mem)
+        return -1;
+    const unsigned char *p = x->mem;
+    for (size_t e = 0; e < x->elems; ++e) {
+        if (!all_bytes && map[e])
+            continue;
+        for (size_t b = 0; b < x->esize; ++b)
+            if (p[e * x->esize + b] != SENTINEL_BYTE)
+                return (long)e;
+    }
+    return -1;
+}
+
+test_tol tp_forward_tol(double eps, const ref_result *r, int64_t tk,
+                        int64_t dk, double softcap, int sinks,
+                        double e_s_extra, double v_err)
+{
+    const double L = (double)r->logit_absmax;
+    const double A = (double)r->alibi_absmax, S = (double)r->sink_absmax;
+    const double Tk = (double)tk, Dk = (double)dk, Tk1 = Tk + (sinks ? 1 : 0);
+    test_tol t;
+    t.e_s = (Dk + 4) * eps * L + 4 * eps * (1 + L + A + S + softcap) +
+            2 * eps * A + e_s_extra;
+    t.e_p = 2 * t.e_s + (Tk1 + 16) * eps;
+    t.w = 2 * t.e_p;
+    t.logit = 2 * t.e_s;
+    t.out =
+        2 * (((double)r->v_absmax + 1e-300) * (t.e_p + (Tk + 4) * eps) + v_err);
+    t.lse_abs = 2 * (t.e_s + (Tk1 + 16) * eps);
+    t.lse_rel = 2 * eps;
+    /* H = log l - Σ_j p_j (s_j - m): each p_j off by e_p p_j moves H by
+     * e_p p_j (|log p_j| + 1), at most e_p (H + 1); the sums' roundings
+     * are (Tk' + 8) eps of |log l| + Σ p |s - m| <= log Tk' + 2 (L + A + S)
+     * + 1; each logit's own error e_s. The caller adds e_p H. */
+    t.entropy =
+        2 * (t.e_p + (Tk1 + 8) * eps * (log(Tk1 + 1) + 2 * (L + A + S) + 1) +
+             t.e_s);
+    return t;
+}
+
+double tp_eps(int dtype)
+{
+    return dtype == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
+}
+
+const char *tp_path_name(int path)
+{
+    static const char *n[] = {"AUTO", "MATERIALISED", "TILED", "DECODE"};
+    return path >= 0 && path < 4 ? n[path] : "?";
+}
+
+long double tp_freq(long double base, int64_t r, int64_t d)
+{
+    if (base == 0)
+        base = 10000.0L;
+    return powl(base, -(long double)(2 * r) / (long double)d);
+}

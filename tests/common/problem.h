@@ -1,0 +1,117 @@
+/*
+ * The problem builder and checking helpers of the unit tests (test code
+ * only, linked as sdpa_test_common): one attention problem (its tensors and
+ * the sdpa_forward_args pointing at them), built contiguous or with the
+ * layouts, paddings and broadcasts of the randomised tests; the forward's
+ * tolerances; outputs reset to the sentinel and checked untouched; the
+ * loops over the row kernels and paths. Nothing here is shared with the
+ * library: like reference.c, it only includes the public header.
+ */
+#ifndef SDPA_TEST_PROBLEM_H
+#define SDPA_TEST_PROBLEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference.h"
+#include "sdpa.h"
+#include "testutil.h"
+
+enum { TP_MAX_N = 4, TP_MAX_H = 8 };
+
+/* The call's settings besides the tensors: what tp_apply copies into a
+ * sdpa_forward_args (the randomised tests draw them). */
+typedef struct tp_call {
+    int causal, mask_inverted;
+    double scale, softcap;
+    int use_kvlens;
+    int64_t kv_lens[TP_MAX_N];
+    int use_window;
+    int64_t win_left, win_right;
+    int use_alibi;
+    double slopes[TP_MAX_H];
+    int use_sinks;
+    double sinks[TP_MAX_H];
+} tp_call;
+
+typedef struct test_problem {
+    int dtype;
+    int64_t N, Hq, Hkv, Tq, Tk, Dk, Dv;
+    int64_t kv_lens[TP_MAX_N];
+    double slopes[TP_MAX_H], sinks[TP_MAX_H];
+    tbuf q, k, v, mask, bias, out, w, lse, lg;
+    sdpa_forward_args a;
+} test_problem;
+
+/* The shape of p (everything else zero). */
+void tp_init(test_problem *p, int dtype, int64_t N, int64_t Hq, int64_t Hkv,
+             int64_t Tq, int64_t Tk, int64_t Dk, int64_t Dv);
+/* tp_init, then contiguous BHTD q, k (uniform in [-amp, amp)), v (in
+ * [-1, 1)), drawn in that order from r, and out; p->a holds them. */
+void tp_make(test_problem *p, int dtype, rng *r, double amp, int64_t N,
+             int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dk,
+             int64_t Dv);
+/* Contiguous weights, lse and logits (at logits_stage; 0: none). */
+void tp_outputs(test_problem *p, int weights, int lse, int logits_stage);
+/* A full [N, Hq, Tq, Tk] mask, each key forbidden (1) with probability pr. */
+void tp_mask_random(test_problem *p, rng *r, double pr);
+void tp_window(test_problem *p, int64_t left, int64_t right);
+void tp_alibi(test_problem *p, const double *slopes);
+void tp_sinks(test_problem *p, const double *sinks);
+void tp_kvlens(test_problem *p, const int64_t *lens);
+void tp_free(test_problem *p);
+
+/* The views of the buffers p holds (q, k, v and out always; mask, bias,
+ * weights, lse and logits when allocated) in a, the rest of a untouched. */
+void tp_bind(const test_problem *p, sdpa_forward_args *a);
+/* dtype and the settings of x in a. */
+void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x);
+/* The sdpa_backward_args of the same problem (no gradient outputs yet). */
+sdpa_backward_args tp_backward_of(const sdpa_forward_args *a);
+
+/* A broadcastable [N|1, Hq|1, Tq|1, Tk|1] tensor over the extents `full`:
+ * mode bm[d] 0 full, 2 extent 1, 3 stride 0 over the full extent, 4 (keys)
+ * key_step elements apart. */
+void tp_make_bcast(tbuf *x, int kind, const int64_t *full, const int *bm,
+                   int64_t key_step);
+/* Fills the distinct elements of such a tensor: a mask forbidding with
+ * probability mask_p (nonzero values 1..255; inverted: 0 forbids), or a
+ * bias in [-1.5, 1.5), -inf with probability ninf_p. */
+void tp_fill_bcast(tbuf *x, rng *r, int is_mask, int inverted, double mask_p,
+                   double ninf_p);
+
+/* K / V rows that no query row of any head (or batch item, kv_bcast: K and
+ * V shared by them) reading them may see, by the reference's allowed map,
+ * filled with NaN; returns how many. */
+long tp_poison_unseen(test_problem *p, const ref_result *r, int kv_bcast);
+
+/* ---- Outputs: reset to the sentinel, checked untouched. --------------- */
+void tp_clear(tbuf *x);
+void tp_clear_outputs(test_problem *p);
+/* 1 when every byte of every output buffer still holds the sentinel. */
+int tp_outputs_untouched(const test_problem *p);
+/* Bytes outside the logical view (map == 0) must keep the sentinel; with
+ * all_bytes, every byte must. Returns the first bad element or -1. */
+long tp_untouched(const tbuf *x, const unsigned char *map, int all_bytes);
+
+/* ---- The forward's tolerances (tests/test_random.c's derivation). ----- */
+typedef struct test_tol {
+    double e_s, e_p; /* a logit's error, a weight's relative */
+    double w, logit, out, lse_abs, lse_rel, entropy;
+} test_tol;
+
+/* eps of the arithmetic, the reference's bounds L, A, S and Vmax, and what
+ * an upstream computation adds: e_s_extra to every logit (the layer's
+ * projections), v_err to every V value. */
+test_tol tp_forward_tol(double eps, const ref_result *r, int64_t tk,
+                        int64_t dk, double softcap, int sinks,
+                        double e_s_extra, double v_err);
+double tp_eps(int dtype);
+
+const char *tp_path_name(int path);
+
+/* ---- Positional encodings' closed forms. ------------------------------ */
+/* base^(-2r/d) (base 0 = 10000). */
+long double tp_freq(long double base, int64_t r, int64_t d);
+
+#endif
