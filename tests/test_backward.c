@@ -62,10 +62,12 @@
 #include <string.h>
 
 #include "sdpa.h"
+#include "checks.h"
+#include "problem.h"
 #include "testutil.h"
 
 #define MAX_N 3
-#define MAX_H 8
+#define MAX_H TP_MAX_H
 
 typedef struct cfg {
     uint64_t seed;
@@ -74,21 +76,16 @@ typedef struct cfg {
     int lay_q, lay_kv, lay_o;
     int64_t pad_q, pad_kv, pad_o;
     int kv_bcast;
-    int use_mask, mask_inverted, mask_b[4];
+    int use_mask, mask_b[4];
     double mask_p;
     int use_bias, bias_b[4], want_dbias;
     double bias_ninf_p;
-    int causal, use_kvlens;
-    int64_t kv_lens[MAX_N];
-    double scale, softcap, amp;
+    tp_call x; /* causal, mask convention, scale, soft-cap, kv_lens, window,
+                  ALiBi slopes, sinks */
+    double amp;
     int empty_zero, threads;
     int64_t block_q, block_k;
-    int use_window;
-    int64_t win_left, win_right;
-    int use_alibi;
-    double slopes[MAX_H];
-    int use_sinks, want_dsinks;
-    double sinks[MAX_H];
+    int want_dsinks;
 } cfg;
 
 static void cfg_print(const cfg *c)
@@ -101,12 +98,13 @@ static void cfg_print(const cfg *c)
         (unsigned long long)c->seed, c->dtype == SDPA_FLOAT32 ? "f32" : "f64",
         (long long)c->N, (long long)c->Hq, (long long)c->Hkv, (long long)c->Tq,
         (long long)c->Tk, (long long)c->Dk, (long long)c->Dv, c->kv_bcast,
-        c->use_mask, c->mask_inverted, c->mask_b[0], c->mask_b[1], c->mask_b[2],
-        c->mask_b[3], c->use_bias, c->bias_b[0], c->bias_b[1], c->bias_b[2],
-        c->bias_b[3], c->want_dbias, c->causal, c->use_kvlens, c->scale,
-        c->softcap, c->empty_zero, c->threads, (long long)c->block_q,
-        (long long)c->block_k, c->use_window, (long long)c->win_left,
-        (long long)c->win_right, c->use_alibi, c->use_sinks);
+        c->use_mask, c->x.mask_inverted, c->mask_b[0], c->mask_b[1],
+        c->mask_b[2], c->mask_b[3], c->use_bias, c->bias_b[0], c->bias_b[1],
+        c->bias_b[2], c->bias_b[3], c->want_dbias, c->x.causal, c->x.use_kvlens,
+        c->x.scale, c->x.softcap, c->empty_zero, c->threads,
+        (long long)c->block_q, (long long)c->block_k, c->x.use_window,
+        (long long)c->x.win_left, (long long)c->x.win_right, c->x.use_alibi,
+        c->x.use_sinks);
 }
 
 static void cfg_random(cfg *c, uint64_t seed, int dtype)
@@ -135,7 +133,7 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype)
     c->pad_o = rng_int(&r, 0, 2) == 0 ? rng_int(&r, 1, 4) : 0;
     c->kv_bcast = rng_int(&r, 0, 4) == 0;
     c->use_mask = rng_int(&r, 0, 2) == 0;
-    c->mask_inverted = rng_int(&r, 0, 1) == 0;
+    c->x.mask_inverted = rng_int(&r, 0, 1) == 0;
     static const int modes[] = {0, 0, 0, 2, 3};
     static const int key_modes[] = {0, 0, 0, 2, 3, 4};
     for (int d = 0; d < 3; ++d) {
@@ -149,39 +147,39 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype)
     c->use_bias = rng_int(&r, 0, 1) == 0;
     c->want_dbias = c->use_bias && rng_int(&r, 0, 3) != 0;
     c->bias_ninf_p = rng_int(&r, 0, 1) ? 0.15 : 0.0;
-    c->causal = (int)rng_int(&r, 0, 2);
-    c->use_kvlens = rng_int(&r, 0, 2) == 0;
+    c->x.causal = (int)rng_int(&r, 0, 2);
+    c->x.use_kvlens = rng_int(&r, 0, 2) == 0;
     for (int64_t b = 0; b < c->N; ++b) {
         int64_t m = rng_int(&r, 0, 5);
-        c->kv_lens[b] = !c->use_kvlens ? c->Tk
-                        : m == 0       ? 0
-                        : m == 1       ? c->Tk
-                                       : rng_int(&r, 1, c->Tk);
+        c->x.kv_lens[b] = !c->x.use_kvlens ? c->Tk
+                          : m == 0         ? 0
+                          : m == 1         ? c->Tk
+                                           : rng_int(&r, 1, c->Tk);
     }
     int64_t sm = rng_int(&r, 0, 3);
-    c->scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(&r);
+    c->x.scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(&r);
     int64_t cm = rng_int(&r, 0, 4);
-    c->softcap = cm == 0 ? 1.0 : cm == 1 ? 5.0 : 0.0;
-    double se = c->scale == 0.0 ? 1.0 / sqrt((double)c->Dk) : c->scale;
+    c->x.softcap = cm == 0 ? 1.0 : cm == 1 ? 5.0 : 0.0;
+    double se = c->x.scale == 0.0 ? 1.0 / sqrt((double)c->Dk) : c->x.scale;
     c->amp = sqrt((1.0 + 11.0 * rng_unit(&r)) / (se * (double)c->Dk));
     c->empty_zero = rng_int(&r, 0, 3) != 0;
     c->threads = (int)rng_int(&r, 1, 4);
     static const int64_t blocks[] = {0, 0, 1, 3, 8, 16};
     c->block_q = blocks[rng_int(&r, 0, 5)];
     c->block_k = blocks[rng_int(&r, 0, 5)];
-    c->use_window = rng_int(&r, 0, 2) == 0;
+    c->x.use_window = rng_int(&r, 0, 2) == 0;
     int64_t wm = rng_int(&r, 0, 3), wv = rng_int(&r, 1, c->Tk);
-    c->win_left = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    c->x.win_left = wm == 0 ? -1 : wm == 1 ? 0 : wv;
     wm = rng_int(&r, 0, 3);
     wv = rng_int(&r, 1, c->Tk);
-    c->win_right = wm == 0 ? -1 : wm == 1 ? 0 : wv;
-    c->use_alibi = rng_int(&r, 0, 2) == 0;
+    c->x.win_right = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    c->x.use_alibi = rng_int(&r, 0, 2) == 0;
     for (int h = 0; h < MAX_H; ++h)
-        c->slopes[h] = rng_sym(&r, 0.3);
-    c->use_sinks = rng_int(&r, 0, 2) == 0;
-    c->want_dsinks = c->use_sinks && rng_int(&r, 0, 3) != 0;
+        c->x.slopes[h] = rng_sym(&r, 0.3);
+    c->x.use_sinks = rng_int(&r, 0, 2) == 0;
+    c->want_dsinks = c->x.use_sinks && rng_int(&r, 0, 3) != 0;
     for (int h = 0; h < MAX_H; ++h)
-        c->sinks[h] = rng_sym(&r, 3.0);
+        c->x.sinks[h] = rng_sym(&r, 3.0);
 }
 
 /* ---- Tensors of one configuration. ------------------------------------ */
@@ -192,43 +190,6 @@ typedef struct inst {
     sdpa_forward_args fa;
     sdpa_backward_args ba;
 } inst;
-
-/* A broadcastable [N|1, Hq|1, Tq|1, Tk|1] tensor: mode 0 full, 2 extent
- * 1, 3 stride 0 over the full extent, 4 (keys) two elements apart. */
-static void make_bcast(tbuf *x, int kind, const cfg *c, const int *bm)
-{
-    int64_t full[4] = {c->N, c->Hq, c->Tq, c->Tk};
-    int64_t ext[4];
-    for (int d = 0; d < 4; ++d)
-        ext[d] = bm[d] == 0 ? full[d] : bm[d] == 4 ? 2 * full[d] : 1;
-    tbuf_make(x, kind, ext[0], ext[1], ext[2], ext[3], LAYOUT_BHTD, 0);
-    for (int d = 0; d < 4; ++d)
-        if (bm[d] == 3 || bm[d] == 4) {
-            x->t.shape[d] = full[d];
-            x->t.stride[d] = bm[d] == 3 ? 0 : 2;
-        }
-}
-
-static void fill_bcast(tbuf *x, rng *r, int is_mask, const cfg *c)
-{
-    const int64_t *e = x->t.shape;
-    for (int64_t a = 0; a < (x->t.stride[0] ? e[0] : 1); ++a)
-        for (int64_t b = 0; b < (x->t.stride[1] ? e[1] : 1); ++b)
-            for (int64_t i = 0; i < (x->t.stride[2] ? e[2] : 1); ++i)
-                for (int64_t j = 0; j < (x->t.stride[3] ? e[3] : 1); ++j) {
-                    if (is_mask) {
-                        int forbid = rng_unit(r) < c->mask_p;
-                        int nz = (int)rng_int(r, 1, 255);
-                        tset(x, a, b, i, j,
-                             c->mask_inverted ? (forbid ? 0 : nz)
-                                              : (forbid ? nz : 0));
-                    } else {
-                        tset(x, a, b, i, j,
-                             rng_unit(r) < c->bias_ninf_p ? -INFINITY
-                                                          : rng_sym(r, 1.5));
-                    }
-                }
-}
 
 static void inst_make(inst *s, const cfg *c)
 {
@@ -248,13 +209,14 @@ static void inst_make(inst *s, const cfg *c)
             s->k.t.stride[0] = s->v.t.stride[0] = 0;
         }
     }
+    const int64_t full[4] = {c->N, c->Hq, c->Tq, c->Tk};
     if (c->use_mask) {
-        make_bcast(&s->mask, ELEM_U8, c, c->mask_b);
-        fill_bcast(&s->mask, &r, 1, c);
+        tp_make_bcast(&s->mask, ELEM_U8, full, c->mask_b, 2);
+        tp_fill_bcast(&s->mask, &r, 1, c->x.mask_inverted, c->mask_p, 0);
     }
     if (c->use_bias) {
-        make_bcast(&s->bias, dt, c, c->bias_b);
-        fill_bcast(&s->bias, &r, 0, c);
+        tp_make_bcast(&s->bias, dt, full, c->bias_b, 2);
+        tp_fill_bcast(&s->bias, &r, 0, 0, 0, c->bias_ninf_p);
     }
     tbuf_make(&s->out, dt, c->N, c->Hq, c->Tq, c->Dv, c->lay_o, c->pad_o);
     tbuf_make(&s->lse, dt, c->N, c->Hq, c->Tq, 1, LAYOUT_BHTD, c->pad_o);
@@ -263,7 +225,6 @@ static void inst_make(inst *s, const cfg *c)
     tbuf_make(&s->dq, dt, c->N, c->Hq, c->Tq, c->Dk, c->lay_o, c->pad_q);
     tbuf_make(&s->dk, dt, nkv, c->Hkv, c->Tk, c->Dk, c->lay_kv, c->pad_kv);
     tbuf_make(&s->dv, dt, nkv, c->Hkv, c->Tk, c->Dv, c->lay_kv, c->pad_kv);
-    const int64_t full[4] = {c->N, c->Hq, c->Tq, c->Tk};
     for (int d = 0; d < 4; ++d)
         s->dbias_shape[d] =
             c->bias_b[d] == 2 || c->bias_b[d] == 3 ? 1 : full[d];
@@ -272,56 +233,23 @@ static void inst_make(inst *s, const cfg *c)
                   s->dbias_shape[2], s->dbias_shape[3], LAYOUT_BHTD, c->pad_o);
 
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
-    a.dtype = dt;
-    a.causal = c->causal;
-    a.flags = c->mask_inverted ? SDPA_FLAG_MASK_NONZERO_ALLOWS : 0u;
-    a.scale = c->scale;
-    a.softcap = c->softcap;
-    a.kv_lens = c->use_kvlens ? c->kv_lens : NULL;
+    tp_apply(&a, dt, &c->x);
     a.q = s->q.t;
     a.k = s->k.t;
     a.v = s->v.t;
-    if (c->use_mask)
-        a.mask = s->mask.t;
-    if (c->use_bias)
-        a.bias = s->bias.t;
+    a.mask = s->mask.t;
+    a.bias = s->bias.t;
     a.out = s->out.t;
     a.lse = s->lse.t;
-    if (c->use_window) {
-        a.flags |= SDPA_FLAG_WINDOW;
-        a.window_left = c->win_left;
-        a.window_right = c->win_right;
-    }
-    if (c->use_alibi)
-        a.alibi_slopes = c->slopes;
-    if (c->use_sinks)
-        a.sinks = c->sinks;
     s->fa = a;
 
-    sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
-    g.dtype = a.dtype;
-    g.causal = a.causal;
-    g.flags = a.flags;
-    g.scale = a.scale;
-    g.softcap = a.softcap;
-    g.kv_lens = a.kv_lens;
-    g.q = a.q;
-    g.k = a.k;
-    g.v = a.v;
-    g.mask = a.mask;
-    g.bias = a.bias;
-    g.out = a.out;
-    g.lse = a.lse;
+    sdpa_backward_args g = tp_backward_of(&a);
     g.dout = s->dout.t;
     g.dq = s->dq.t;
     g.dk = s->dk.t;
     g.dv = s->dv.t;
     if (c->want_dbias)
         g.dbias = s->dbias.t;
-    g.window_left = a.window_left;
-    g.window_right = a.window_right;
-    g.alibi_slopes = a.alibi_slopes;
-    g.sinks = a.sinks;
     if (c->want_dsinks)
         g.dsinks = s->dsinks + 1;
     s->ba = g;
@@ -421,15 +349,15 @@ static long double getl(const sdpa_tensor *t, int dt, int64_t a, int64_t b,
 static int allowed(const cfg *c, const inst *s, int64_t b, int64_t h, int64_t i,
                    int64_t j)
 {
-    const int64_t L = c->use_kvlens ? c->kv_lens[b] : c->Tk;
-    const int64_t d = c->causal == SDPA_CAUSAL_TOP_LEFT ? i : i + L - c->Tq;
+    const int64_t L = c->x.use_kvlens ? c->x.kv_lens[b] : c->Tk;
+    const int64_t d = c->x.causal == SDPA_CAUSAL_TOP_LEFT ? i : i + L - c->Tq;
     if (j >= L)
         return 0;
-    if (c->causal != SDPA_CAUSAL_NONE && j > d)
+    if (c->x.causal != SDPA_CAUSAL_NONE && j > d)
         return 0;
-    if (c->use_window && c->win_left >= 0 && j - d < -c->win_left)
+    if (c->x.use_window && c->x.win_left >= 0 && j - d < -c->x.win_left)
         return 0;
-    if (c->use_window && c->win_right >= 0 && j - d > c->win_right)
+    if (c->x.use_window && c->x.win_right >= 0 && j - d > c->x.win_right)
         return 0;
     if (c->use_mask) {
         const sdpa_tensor *m = &s->mask.t;
@@ -437,7 +365,7 @@ static int allowed(const cfg *c, const inst *s, int64_t b, int64_t h, int64_t i,
                     bidx(m, 1, h) * m->stride[1] +
                     bidx(m, 2, i) * m->stride[2] + bidx(m, 3, j) * m->stride[3];
         int nz = ((const unsigned char *)m->data)[o] != 0;
-        if (nz != c->mask_inverted)
+        if (nz != c->x.mask_inverted)
             return 0;
     }
     if (c->use_bias) {
@@ -498,9 +426,9 @@ static void bref_compute(const cfg *c, const inst *s, bref *r)
     const long double tiny = 2.0L * (dt == SDPA_FLOAT32 ? FLT_MIN : DBL_MIN);
     const int64_t N = c->N, Hq = c->Hq, Tq = c->Tq, Tk = c->Tk, Dk = c->Dk,
                   Dv = c->Dv, g = r->g, nkv = r->nkv;
-    const long double scale =
-        c->scale == 0 ? 1.0L / sqrtl((long double)Dk) : (long double)c->scale;
-    const long double cap = (long double)c->softcap;
+    const long double scale = c->x.scale == 0 ? 1.0L / sqrtl((long double)Dk)
+                                              : (long double)c->x.scale;
+    const long double cap = (long double)c->x.softcap;
     const size_t nb = (size_t)(s->dbias_shape[0] * s->dbias_shape[1] *
                                s->dbias_shape[2] * s->dbias_shape[3]);
     r->dq = zalloc((size_t)(N * Hq * Tq * Dk));
@@ -518,8 +446,8 @@ static void bref_compute(const cfg *c, const inst *s, bref *r)
 
     /* Pass 1: the bounds L, A, S and Vmax. */
     long double L = 0, A = 0, S = 0, Vmax = 0;
-    for (int64_t h = 0; c->use_sinks && h < Hq; ++h)
-        S = fmaxl(S, fabsl((long double)c->sinks[h]));
+    for (int64_t h = 0; c->x.use_sinks && h < Hq; ++h)
+        S = fmaxl(S, fabsl((long double)c->x.sinks[h]));
     for (int64_t b = 0; b < N; ++b)
         for (int64_t h = 0; h < Hq; ++h)
             for (int64_t i = 0; i < Tq; ++i)
@@ -533,18 +461,19 @@ static void bref_compute(const cfg *c, const inst *s, bref *r)
                     long double bv =
                         c->use_bias ? getl(&s->bias.t, dt, b, h, i, j) : 0;
                     L = fmaxl(L, scale * ab + fabsl(bv));
-                    if (c->use_alibi) {
-                        int64_t Lb = c->use_kvlens ? c->kv_lens[b] : Tk;
-                        int64_t dd =
-                            c->causal == SDPA_CAUSAL_TOP_LEFT ? i : i + Lb - Tq;
-                        A = fmaxl(A, fabsl((long double)c->slopes[h] *
+                    if (c->x.use_alibi) {
+                        int64_t Lb = c->x.use_kvlens ? c->x.kv_lens[b] : Tk;
+                        int64_t dd = c->x.causal == SDPA_CAUSAL_TOP_LEFT
+                                         ? i
+                                         : i + Lb - Tq;
+                        A = fmaxl(A, fabsl((long double)c->x.slopes[h] *
                                            (long double)(j - dd)));
                     }
                     for (int64_t d = 0; d < Dv; ++d)
                         Vmax = fmaxl(Vmax,
                                      fabsl(getl(&s->v.t, dt, b, h / g, j, d)));
                 }
-    const long double Tk1 = (long double)Tk + (c->use_sinks ? 1 : 0);
+    const long double Tk1 = (long double)Tk + (c->x.use_sinks ? 1 : 0);
     const long double e_s = ((long double)Dk + 4) * eps * L +
                             4 * eps * (1 + L + A + S + cap) + 2 * eps * A;
     const long double d_o =
@@ -557,12 +486,12 @@ static void bref_compute(const cfg *c, const inst *s, bref *r)
     if (!ok)
         abort();
     for (int64_t b = 0; b < N; ++b) {
-        const int64_t Lb = c->use_kvlens ? c->kv_lens[b] : Tk;
+        const int64_t Lb = c->x.use_kvlens ? c->x.kv_lens[b] : Tk;
         for (int64_t h = 0; h < Hq; ++h) {
             const int64_t hk = h / g;
             for (int64_t i = 0; i < Tq; ++i) {
                 const int64_t dd =
-                    c->causal == SDPA_CAUSAL_TOP_LEFT ? i : i + Lb - Tq;
+                    c->x.causal == SDPA_CAUSAL_TOP_LEFT ? i : i + Lb - Tq;
                 long double m = -INFINITY;
                 int any = 0;
                 for (int64_t j = 0; j < Tk; ++j) {
@@ -577,22 +506,22 @@ static void bref_compute(const cfg *c, const inst *s, bref *r)
                     long double x = cap > 0 ? cap * tanhl(u[j] / cap) : u[j];
                     if (c->use_bias)
                         x += getl(&s->bias.t, dt, b, h, i, j);
-                    if (c->use_alibi)
-                        x -= (long double)c->slopes[h] *
+                    if (c->x.use_alibi)
+                        x -= (long double)c->x.slopes[h] *
                              (long double)llabs((long long)(j - dd));
                     z[j] = x;
                     m = any ? fmaxl(m, x) : x;
                     any = 1;
                 }
                 const long double sigma =
-                    c->use_sinks ? (long double)c->sinks[h] : 0;
-                if (!any && !c->use_sinks) {
+                    c->x.use_sinks ? (long double)c->x.sinks[h] : 0;
+                if (!any && !c->x.use_sinks) {
                     r->any_empty = 1;
                     continue; /* an empty row: no gradient */
                 }
-                if (c->use_sinks)
+                if (c->x.use_sinks)
                     m = any ? fmaxl(m, sigma) : sigma;
-                long double sum = c->use_sinks ? expl(sigma - m) : 0;
+                long double sum = c->x.use_sinks ? expl(sigma - m) : 0;
                 for (int64_t j = 0; j < Tk; ++j)
                     if (ok[j])
                         sum += expl(z[j] - m);
@@ -621,7 +550,7 @@ static void bref_compute(const cfg *c, const inst *s, bref *r)
                                       e_D + 3 * eps * B;
                 const long double E2 =
                     E + (cap > 0 ? (21 * eps + e_s / cap) * B : 0);
-                if (c->use_sinks) {
+                if (c->x.use_sinks) {
                     long double ps = expl(sigma - lse);
                     r->dsinks[h] -= ps * D;
                     r->ts[h] +=
@@ -787,18 +716,18 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
     const int expect_error = r.any_empty && !c->empty_zero;
     st->configs++;
     st->errors_expected += expect_error;
-    st->causal[c->causal]++;
-    st->kvlens += c->use_kvlens;
+    st->causal[c->x.causal]++;
+    st->kvlens += c->x.use_kvlens;
     st->mask += c->use_mask;
     st->bias += c->use_bias;
     st->dbias_bcast +=
         c->want_dbias && (s.dbias_shape[0] * s.dbias_shape[1] *
                               s.dbias_shape[2] * s.dbias_shape[3] <
                           c->N * c->Hq * c->Tq * c->Tk);
-    st->softcap += c->softcap > 0;
-    st->window += c->use_window;
-    st->alibi += c->use_alibi;
-    st->sinks += c->use_sinks;
+    st->softcap += c->x.softcap > 0;
+    st->window += c->x.use_window;
+    st->alibi += c->x.use_alibi;
+    st->sinks += c->x.use_sinks;
     st->gqa += c->Hkv < c->Hq;
     st->kv_bcast += c->kv_bcast;
     st->empty_rows += r.any_empty && c->empty_zero;
@@ -806,12 +735,10 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
 
     int failed = 0;
     for (int ki = 0; ki < TEST_KERNELS && !failed; ++ki) {
-        int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]);
-        if (ks == SDPA_ERR_UNSUPPORTED) {
+        if (!tp_use_kernel(ctx, ki)) {
             st->kernel_skips++;
             continue;
         }
-        assert_int_equal(ks, SDPA_OK);
         int rc = sdpa_forward(ctx, &s.fa);
         if (expect_error) {
             assert_int_equal(rc, SDPA_ERR_FULLY_MASKED_ROW);
@@ -925,24 +852,24 @@ static void fd_case(cfg *c)
     c->want_dbias = 1;
     c->bias_b[0] = 2;
     c->bias_b[1] = 3;
-    c->causal = SDPA_CAUSAL_BOTTOM_RIGHT;
-    c->use_kvlens = 1;
-    c->kv_lens[0] = 8;
-    c->kv_lens[1] = 6;
-    c->scale = 0.7;
-    c->softcap = 2.0;
+    c->x.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
+    c->x.use_kvlens = 1;
+    c->x.kv_lens[0] = 8;
+    c->x.kv_lens[1] = 6;
+    c->x.scale = 0.7;
+    c->x.softcap = 2.0;
     c->amp = 0.9;
     c->empty_zero = 1;
     c->threads = 1;
-    c->use_window = 1;
-    c->win_left = 4;
-    c->win_right = -1;
-    c->use_alibi = 1;
-    c->use_sinks = 1;
+    c->x.use_window = 1;
+    c->x.win_left = 4;
+    c->x.win_right = -1;
+    c->x.use_alibi = 1;
+    c->x.use_sinks = 1;
     c->want_dsinks = 1;
     for (int h = 0; h < 4; ++h) {
-        c->slopes[h] = 0.1 * (h + 1);
-        c->sinks[h] = 0.5 - 0.4 * h;
+        c->x.slopes[h] = 0.1 * (h + 1);
+        c->x.sinks[h] = 0.5 - 0.4 * h;
     }
 }
 
@@ -1042,7 +969,7 @@ static void test_finite_differences(void **state)
             bad |= fd_check(ctx, &s, &s.bias, NULL, 0, 0, i, j,
                             tget(&db, 0, 0, i, j), "bias", &worst);
     for (int64_t h = 0; h < c.Hq; ++h, ++checked)
-        bad |= fd_check(ctx, &s, NULL, &c.sinks[h], 0, h, 0, 0, dsinks[h],
+        bad |= fd_check(ctx, &s, NULL, &c.x.sinks[h], 0, h, 0, 0, dsinks[h],
                         "sinks", &worst);
     print_message("  %ld partial derivatives, largest error/tolerance %.3g\n",
                   checked, worst);
@@ -1062,12 +989,12 @@ static void threads_case(cfg *c, uint64_t seed, int dtype, int variant)
     c->Tk = 45;
     c->Dk = 6;
     c->Dv = 5;
-    double se = c->scale == 0.0 ? 1.0 / sqrt(6.0) : c->scale;
+    double se = c->x.scale == 0.0 ? 1.0 / sqrt(6.0) : c->x.scale;
     c->amp = sqrt(4.0 / (se * 6.0));
-    c->use_kvlens = 1;
-    c->kv_lens[0] = 45;
-    c->kv_lens[1] = 30;
-    c->kv_lens[2] = 41;
+    c->x.use_kvlens = 1;
+    c->x.kv_lens[0] = 45;
+    c->x.kv_lens[1] = 30;
+    c->x.kv_lens[2] = 41;
     c->empty_zero = 1;
     c->block_q = 8;
     c->block_k = 16;
@@ -1085,13 +1012,13 @@ static void threads_case(cfg *c, uint64_t seed, int dtype, int variant)
         c->N = 1;
         c->Hq = 2;
         c->Hkv = 1;
-        c->kv_lens[0] = 40;
+        c->x.kv_lens[0] = 40;
         if (variant == 4)
             c->bias_b[2] = 3;
         if (variant == 5)
             c->bias_b[3] = 3;
     }
-    c->use_sinks = c->want_dsinks = 1;
+    c->x.use_sinks = c->want_dsinks = 1;
 }
 
 static void test_threads_bitwise(void **state)
@@ -1172,7 +1099,7 @@ static void test_no_allocation_when_repeated(void **state)
         cfg c;
         threads_case(&c, 99, SDPA_FLOAT32, 0);
         c.threads = threads;
-        c.softcap = 5;
+        c.x.softcap = 5;
         c.use_mask = 1;
         c.block_q = c.block_k = 0;
         inst s;
@@ -1217,7 +1144,7 @@ static void test_errors(void **state)
     cfg c;
     threads_case(&c, 7, SDPA_FLOAT64, 0);
     c.use_mask = 0;
-    c.use_window = 0;
+    c.x.use_window = 0;
     c.kv_bcast = 0;
     inst s;
     inst_make(&s, &c);

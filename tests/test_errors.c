@@ -107,14 +107,8 @@ static int fx_teardown(void **state)
 {
     fx *f = *state;
     sdpa_ctx_destroy(f->ctx);
-    tbuf_free(&f->q);
-    tbuf_free(&f->k);
-    tbuf_free(&f->v);
-    tbuf_free(&f->mask);
-    tbuf_free(&f->bias);
-    tbuf_free(&f->out);
-    tbuf_free(&f->w);
-    tbuf_free(&f->lse);
+    tbuf_free_all((tbuf *[]){&f->q, &f->k, &f->v, &f->mask, &f->bias, &f->out,
+                             &f->w, &f->lse, NULL});
     for (int i = 0; i < 5; ++i)
         free(f->in_copy[i]);
     free(f->arena);
@@ -1015,10 +1009,7 @@ static void test_nonfinite_outputs(void **state)
                                 1e-5 * huge / (2 * TK12));
                 }
             }
-            tbuf_free(&tq);
-            tbuf_free(&tk);
-            tbuf_free(&tv);
-            tbuf_free(&to);
+            tbuf_free_all((tbuf *[]){&tq, &tk, &tv, &to, NULL});
         }
     assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, SDPA_PATH_AUTO),
                      SDPA_OK);
@@ -1070,10 +1061,7 @@ static void test_out_of_memory(void **state)
     sdpa_ctx_destroy(c);
     assert_int_equal(ca.live_bytes, 0);
     assert_int_equal(ca.bad_free, 0);
-    tbuf_free(&q);
-    tbuf_free(&k);
-    tbuf_free(&v);
-    tbuf_free(&o);
+    tbuf_free_all((tbuf *[]){&q, &k, &v, &o, NULL});
 }
 
 /* One call's inputs and output, for the allocation-failure test. */
@@ -1104,10 +1092,7 @@ static void oom_call_make(oom_call *c, int dtype, int64_t hq, int64_t tq,
 
 static void oom_call_free(oom_call *c)
 {
-    tbuf_free(&c->q);
-    tbuf_free(&c->k);
-    tbuf_free(&c->v);
-    tbuf_free(&c->o);
+    tbuf_free_all((tbuf *[]){&c->q, &c->k, &c->v, &c->o, NULL});
 }
 
 /* Fail the k-th allocation, for every k, of a first call and of a call

@@ -284,7 +284,8 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
             rc = sdpa_forward(ctx, &a);
             cr.runs[path]++;
             if (cr.expect_error) {
-                if (rc != SDPA_ERR_FULLY_MASKED_ROW || !tp_outputs_untouched(p)) {
+                if (rc != SDPA_ERR_FULLY_MASKED_ROW ||
+                    !tp_outputs_untouched(p)) {
                     print_message("  %s %s path=%s kernel=%s: expected "
                                   "FULLY_MASKED_ROW (b%lld h%lld i%lld), got "
                                   "%s, outputs %s: %s\n",
@@ -293,7 +294,7 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
                                   (long long)r.empty_b, (long long)r.empty_h,
                                   (long long)r.empty_i, sdpa_status_string(rc),
                                   tp_outputs_untouched(p) ? "untouched"
-                                                       : "WRITTEN",
+                                                          : "WRITTEN",
                                   sdpa_ctx_last_error(ctx));
                     cr.failures++;
                 }
@@ -1198,7 +1199,8 @@ static void test_logits_forced_paths(void **state)
                               dt_name(dt), tp_path_name(path),
                               kernel_name(test_kernels[ki]),
                               sdpa_status_string(st), sdpa_status_string(sw),
-                              tp_outputs_untouched(&p) ? "untouched" : "WRITTEN");
+                              tp_outputs_untouched(&p) ? "untouched"
+                                                       : "WRITTEN");
                 failures++;
             }
         }

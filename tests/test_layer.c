@@ -198,11 +198,8 @@ static void case_make(layer_case *c, int dtype, rng *r)
 
 static void case_free(layer_case *c)
 {
-    tbuf_free(&c->x_q);
-    tbuf_free(&c->x_kv);
-    tbuf_free(&c->y);
-    tbuf_free(&c->mask);
-    tbuf_free(&c->weights);
+    tbuf_free_all(
+        (tbuf *[]){&c->x_q, &c->x_kv, &c->y, &c->mask, &c->weights, NULL});
     void *arrays[] = {c->w_q, c->w_k, c->w_v,   c->w_o,    c->b_q,    c->b_k,
                       c->b_v, c->b_o, c->pos_q, c->pos_kv, c->kv_lens};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)

@@ -385,12 +385,8 @@ static void call_make(lib_call *L, const bcase *c, int dtype)
 
 static void call_free(lib_call *L)
 {
-    tbuf_free(&L->x_q);
-    tbuf_free(&L->x_kv);
-    tbuf_free(&L->dy);
-    tbuf_free(&L->dx_q);
-    tbuf_free(&L->dx_kv);
-    tbuf_free(&L->y);
+    tbuf_free_all((tbuf *[]){&L->x_q, &L->x_kv, &L->dy, &L->dx_q, &L->dx_kv,
+                             &L->y, NULL});
     for (int i = 0; i < 4; i++) {
         free(L->w[i]), free(L->b[i]), free(L->dw[i]), free(L->db[i]);
     }

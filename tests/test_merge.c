@@ -76,11 +76,7 @@ static void problem_make(problem *p, rng *r, int dtype)
 
 static void problem_free(problem *p)
 {
-    tbuf_free(&p->q);
-    tbuf_free(&p->k);
-    tbuf_free(&p->v);
-    tbuf_free(&p->out);
-    tbuf_free(&p->lse);
+    tbuf_free_all((tbuf *[]){&p->q, &p->k, &p->v, &p->out, &p->lse, NULL});
 }
 
 static sdpa_forward_args problem_args(const problem *p)

@@ -94,11 +94,7 @@ static void step_alloc(step *s, int dtype)
 
 static void step_free(step *s)
 {
-    tbuf_free(&s->q);
-    tbuf_free(&s->k);
-    tbuf_free(&s->v);
-    tbuf_free(&s->out);
-    tbuf_free(&s->lse);
+    tbuf_free_all((tbuf *[]){&s->q, &s->k, &s->v, &s->out, &s->lse, NULL});
 }
 
 /*
@@ -140,10 +136,7 @@ static void step_from_past(step *s, int dtype, const int64_t *past, rng *r)
         s->total[b] = past[b] + SQ;
         s->off[b] = past[b];
     }
-    tbuf_free(&pk);
-    tbuf_free(&pv);
-    tbuf_free(&nk);
-    tbuf_free(&nv);
+    tbuf_free_all((tbuf *[]){&pk, &pv, &nk, &nv, NULL});
 }
 
 /* ONNX case 2: K / V are the whole cache (already updated outside the

@@ -104,11 +104,7 @@ static void make_buffers(const scenario *sc, buffers *b, rng *r)
 
 static void free_buffers(buffers *b)
 {
-    tbuf_free(&b->q);
-    tbuf_free(&b->k);
-    tbuf_free(&b->v);
-    tbuf_free(&b->out);
-    tbuf_free(&b->lse);
+    tbuf_free_all((tbuf *[]){&b->q, &b->k, &b->v, &b->out, &b->lse, NULL});
     if (b->mask.mem)
         tbuf_free(&b->mask);
     if (b->bias.mem)
@@ -357,10 +353,7 @@ static void test_tiled_workspace_independent_of_keys(void **state)
                          SDPA_OK);
         assert_int_equal(sdpa_forward_workspace(ctx, &a, &bytes[c]), SDPA_OK);
         sdpa_ctx_destroy(ctx);
-        tbuf_free(&q);
-        tbuf_free(&k);
-        tbuf_free(&v);
-        tbuf_free(&out);
+        tbuf_free_all((tbuf *[]){&q, &k, &v, &out, NULL});
     }
     print_message("tiled workspace: %zu bytes at Tk=1024, %zu at Tk=65536\n",
                   bytes[0], bytes[1]);

@@ -123,15 +123,16 @@ static void cfg_print(const cfg *c)
         (long long)c->Tk, (long long)c->Dk, (long long)c->Dv, c->lay_q,
         c->lay_kv, c->lay_out, c->lay_w, (long long)c->pad_q,
         (long long)c->pad_kv, (long long)c->pad_out, (long long)c->pad_w,
-        c->kv_bcast, c->use_mask, c->x.mask_inverted, c->mask_b[0], c->mask_b[1],
-        c->mask_b[2], c->mask_b[3], c->use_bias, c->bias_b[0], c->bias_b[1],
-        c->bias_b[2], c->bias_b[3], c->x.causal, c->x.use_kvlens);
+        c->kv_bcast, c->use_mask, c->x.mask_inverted, c->mask_b[0],
+        c->mask_b[1], c->mask_b[2], c->mask_b[3], c->use_bias, c->bias_b[0],
+        c->bias_b[1], c->bias_b[2], c->bias_b[3], c->x.causal, c->x.use_kvlens);
     for (int64_t b = 0; b < c->N; ++b)
         print_message("%s%lld", b ? "," : "", (long long)c->x.kv_lens[b]);
     print_message("] scale=%g softcap=%g w=%d lse=%d zero=%d threads=%d "
                   "block=%lld,%lld\n",
-                  c->x.scale, c->x.softcap, c->want_w, c->want_lse, c->empty_zero,
-                  c->threads, (long long)c->block_q, (long long)c->block_k);
+                  c->x.scale, c->x.softcap, c->want_w, c->want_lse,
+                  c->empty_zero, c->threads, (long long)c->block_q,
+                  (long long)c->block_k);
     print_message("      window=%d(%lld,%lld) alibi=%d[", c->x.use_window,
                   (long long)c->x.win_left, (long long)c->x.win_right,
                   c->alibi_mode);
@@ -221,9 +222,9 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     for (int64_t b = 0; b < c->N; ++b) {
         int64_t m = rng_int(&r, 0, 5);
         c->x.kv_lens[b] = !c->x.use_kvlens ? c->Tk
-                        : m == 0       ? 0
-                        : m == 1       ? c->Tk
-                                       : rng_int(&r, 1, c->Tk);
+                          : m == 0         ? 0
+                          : m == 1         ? c->Tk
+                                           : rng_int(&r, 1, c->Tk);
     }
     int64_t sm = rng_int(&r, 0, 3);
     c->x.scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(&r);
@@ -508,8 +509,8 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
     if (expect_error)
         st->errors_expected++;
     st->configs++;
-    const int features =
-        c->x.use_window + (c->alibi_mode != 0) + c->x.use_sinks + c->want_logits;
+    const int features = c->x.use_window + (c->alibi_mode != 0) +
+                         c->x.use_sinks + c->want_logits;
     st->window += c->x.use_window;
     st->alibi_std += c->alibi_mode == 1;
     st->alibi_rnd += c->alibi_mode >= 2;

@@ -112,13 +112,8 @@ static void fixture_init(fixture *f, int dtype, int64_t n, int64_t h,
 
 static void fixture_free(fixture *f)
 {
-    tbuf_free(&f->q);
-    tbuf_free(&f->k);
-    tbuf_free(&f->v);
-    tbuf_free(&f->out);
-    tbuf_free(&f->w);
-    tbuf_free(&f->lse);
-    tbuf_free(&f->mask);
+    tbuf_free_all((tbuf *[]){&f->q, &f->k, &f->v, &f->out, &f->w, &f->lse,
+                             &f->mask, NULL});
 }
 
 /* The two-token example itself: one batch item, one head. */
@@ -260,12 +255,7 @@ static void masked_softmax_case(int dtype, forbid_via via)
     check_all("O", &out, SA, TOL);
     assert_true(tget(&w, 0, 0, 0, 2) == 0.0);
     assert_true(tget(&out, 0, 0, 0, 2) == 0.0);
-    tbuf_free(&q);
-    tbuf_free(&k);
-    tbuf_free(&v);
-    tbuf_free(&out);
-    tbuf_free(&w);
-    tbuf_free(&extra);
+    tbuf_free_all((tbuf *[]){&q, &k, &v, &out, &w, &extra, NULL});
     sdpa_ctx_destroy(ctx);
 }
 

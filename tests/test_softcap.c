@@ -233,11 +233,7 @@ static void api_run(sdpa_ctx *ctx, int dtype, double c, const double *s, int n,
                           dtype, where);
         }
     }
-    tbuf_free(&q);
-    tbuf_free(&k);
-    tbuf_free(&v);
-    tbuf_free(&out);
-    tbuf_free(&lse);
+    tbuf_free_all((tbuf *[]){&q, &k, &v, &out, &lse, NULL});
     if (tk > 1)
         tbuf_free(&mask);
 }

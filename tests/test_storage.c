@@ -116,11 +116,7 @@ static void problem_make(problem *p, uint64_t seed)
 
 static void problem_free(problem *p)
 {
-    tbuf_free(&p->q);
-    tbuf_free(&p->k);
-    tbuf_free(&p->v);
-    tbuf_free(&p->bias);
-    tbuf_free(&p->out);
+    tbuf_free_all((tbuf *[]){&p->q, &p->k, &p->v, &p->bias, &p->out, NULL});
 }
 
 /* A copy of a float32 tensor's elements in `type` (same strides). */

@@ -32,8 +32,7 @@ size_t bwd_dv_at(const bwd_ref *r, int64_t b, int64_t hk, int64_t j)
     return (size_t)((((r->nv == 1 ? 0 : b) * r->Hkv + hk) * r->Tk + j) * r->Dv);
 }
 
-size_t bwd_db_at(const bwd_ref *r, int64_t b, int64_t h, int64_t i,
-                    int64_t j)
+size_t bwd_db_at(const bwd_ref *r, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     const int64_t *e = r->dbias_shape;
     b = e[0] == 1 ? 0 : b;
@@ -104,8 +103,8 @@ typedef struct bwd_row {
     long double lse;
 } bwd_row;
 
-int ref_backward(const sdpa_backward_args *a, double eps_d,
-                    const bwd_extra *x, bwd_ref *r)
+int ref_backward(const sdpa_backward_args *a, double eps_d, const bwd_extra *x,
+                 bwd_ref *r)
 {
     memset(r, 0, sizeof *r);
     const int dt = a->dtype;
@@ -319,7 +318,7 @@ int64_t ref_rope_partner(int64_t c, int64_t rd, int style, int64_t *pair)
 }
 
 void ref_rope_row(long double *row, int64_t d, int64_t rd, int style,
-                 double base, int64_t pos)
+                  double base, int64_t pos)
 {
     (void)d;
     for (int64_t r = 0; r < rd / 2; r++) {

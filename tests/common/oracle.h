@@ -44,15 +44,14 @@ typedef struct bwd_ref {
 /* The gradients of a backward call the library accepts (lse finite where
  * a row has allowed keys), from its own q, k, v, out, lse and dout; eps the
  * arithmetic's epsilon. Returns 0, or -1 when out of memory. */
-int ref_backward(const sdpa_backward_args *a, double eps,
-                    const bwd_extra *x, bwd_ref *r);
+int ref_backward(const sdpa_backward_args *a, double eps, const bwd_extra *x,
+                 bwd_ref *r);
 void bwd_ref_free(bwd_ref *r);
 /* Offsets into the arrays above. */
 size_t bwd_dq_at(const bwd_ref *r, int64_t b, int64_t h, int64_t i);
 size_t bwd_dk_at(const bwd_ref *r, int64_t b, int64_t hk, int64_t j);
 size_t bwd_dv_at(const bwd_ref *r, int64_t b, int64_t hk, int64_t j);
-size_t bwd_db_at(const bwd_ref *r, int64_t b, int64_t h, int64_t i,
-                    int64_t j);
+size_t bwd_db_at(const bwd_ref *r, int64_t b, int64_t h, int64_t i, int64_t j);
 
 /* ------------------------------------------------------------------------ */
 /* Positional encodings.                                                     */
@@ -67,7 +66,7 @@ long double ref_sinusoid(double base, int64_t pos, int64_t col, int64_t dim);
 /* Rotates one row of d values (rotary_dim rd, SDPA_ROPE_* style) to
  * position pos in place. */
 void ref_rope_row(long double *row, int64_t d, int64_t rd, int style,
-                 double base, int64_t pos);
+                  double base, int64_t pos);
 /* The partner of element c in its pair, or -1 beyond rd. */
 int64_t ref_rope_partner(int64_t c, int64_t rd, int style, int64_t *pair);
 

@@ -254,9 +254,9 @@ long tp_untouched(const tbuf *x, const unsigned char *map, int all_bytes)
     return -1;
 }
 
-test_tol tp_forward_tol(double eps, const ref_result *r, int64_t tk,
-                        int64_t dk, double softcap, int sinks,
-                        double e_s_extra, double v_err)
+test_tol tp_forward_tol(double eps, const ref_result *r, int64_t tk, int64_t dk,
+                        double softcap, int sinks, double e_s_extra,
+                        double v_err)
 {
     const double L = (double)r->logit_absmax;
     const double A = (double)r->alibi_absmax, S = (double)r->sink_absmax;

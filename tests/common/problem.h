@@ -103,9 +103,9 @@ typedef struct test_tol {
 /* eps of the arithmetic, the reference's bounds L, A, S and Vmax, and what
  * an upstream computation adds: e_s_extra to every logit (the layer's
  * projections), v_err to every V value. */
-test_tol tp_forward_tol(double eps, const ref_result *r, int64_t tk,
-                        int64_t dk, double softcap, int sinks,
-                        double e_s_extra, double v_err);
+test_tol tp_forward_tol(double eps, const ref_result *r, int64_t tk, int64_t dk,
+                        double softcap, int sinks, double e_s_extra,
+                        double v_err);
 double tp_eps(int dtype);
 
 const char *tp_path_name(int path);

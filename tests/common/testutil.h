@@ -134,6 +134,13 @@ static inline void tbuf_free(tbuf *x)
     memset(x, 0, sizeof *x);
 }
 
+/* tbuf_free on each buffer of a NULL-terminated list. */
+static inline void tbuf_free_all(tbuf *const *list)
+{
+    for (; *list; ++list)
+        tbuf_free(*list);
+}
+
 static inline int64_t toff(const sdpa_tensor *t, int64_t a, int64_t b,
                            int64_t c, int64_t d)
 {

@@ -453,6 +453,11 @@ static void compare(const sdpa_backward_args *a, const bwd_ref *r)
                        DBL_EPSILON, 1, 0, h, 0, 0);
 }
 
+static int call_backward(sdpa_ctx *ctx, const void *args)
+{
+    return sdpa_backward(ctx, args);
+}
+
 static void run(void)
 {
     sdpa_backward_args a = SDPA_BACKWARD_ARGS_INIT;
@@ -747,40 +752,18 @@ static void run(void)
         bwd_ref r;
         bwd_extra none = {0, 0, 0, 0, 0, 0};
         CHECK(ref_backward(&box.a,
-                              g.dt.compute == SDPA_FLOAT32 ? FLT_EPSILON
-                                                           : DBL_EPSILON,
-                              &none, &r) == 0,
+                           g.dt.compute == SDPA_FLOAT32 ? FLT_EPSILON
+                                                        : DBL_EPSILON,
+                           &none, &r) == 0,
               "reference out of memory");
         compare(&box.a, &r);
         bwd_ref_free(&r);
     }
     /* a second call: another thread count (bitwise), or the same call
      * (allocates nothing) */
-    unsigned second = fz(F_SECOND) % 4;
-    if (!null_ctx && !null_args && !oom && (second == 1 || second == 2) &&
-        st == SDPA_OK) {
-        size_t n1, n2;
-        unsigned char *first = fz_outputs_copy(&n1);
-        fz_restore();
-        int64_t th = fz_opt.threads;
-        if (second == 1) {
-            th = 1 + (int64_t)((fz(F_SECOND) >> 2) % 3);
-            CHECK(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, th) == SDPA_OK,
-                  "threads");
-        }
-        long a0 = fz_alloc_count();
-        int st2 = sdpa_backward(ctx, &box.a);
-        CHECK(st2 == st, "status %d, then %d with %lld threads", st, st2,
-              (long long)th);
-        if (second == 2)
-            CHECK(fz_alloc_count() == a0, "a repeated call allocated");
-        unsigned char *again = fz_outputs_copy(&n2);
-        CHECK(n1 == n2 && memcmp(first, again, n1) == 0,
-              "gradients differ between %lld and %lld threads",
-              (long long)fz_opt.threads, (long long)th);
-        free(first);
-        free(again);
-    }
+    if (!null_ctx && !null_args && !oom && st == SDPA_OK)
+        fz_second_call(ctx, fz(F_SECOND), st, call_backward, &box.a,
+                       "gradients");
     if (valid)
         ref_free(&ref);
     fz_ctx_end(ctx);
@@ -927,23 +910,12 @@ static const fz_seed seeds[] = {
      {{F_MODE, 7}, {F_HUGE_WHAT, 0}, {F_KV_BCAST, 1}, {-1, 0}}},
 };
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+static void reset(void)
 {
-    (void)argc;
-    (void)argv;
-    fz_init("fuzz_backward", "BACKWARD", seeds, sizeof seeds / sizeof seeds[0]);
-    return 0;
+    memset(&g, 0, sizeof g);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    fz_load(data, size);
-    fz_rng_seed(fz_seed64(F_SEED0));
-    memset(&g, 0, sizeof g);
-    if (fz(F_MODE) % 8 == 7)
-        run_huge();
-    else
-        run();
-    fz_free_bufs();
-    return 0;
-}
+const fz_target_def fz_this_target = {
+    "fuzz_backward", "BACKWARD", seeds, sizeof seeds / sizeof seeds[0],
+    F_SEED0,         F_MODE,     reset, run,
+    run_huge};

@@ -621,6 +621,38 @@ unsigned char *fz_outputs_copy(size_t *n)
     return p;
 }
 
+void fz_second_call(sdpa_ctx *ctx, unsigned v, int st, fz_call_fn call,
+                    const void *args, const char *outputs)
+{
+    const unsigned second = v % 4;
+    if (second != 1 && second != 2)
+        return;
+    size_t n1;
+    unsigned char *first = fz_outputs_copy(&n1);
+    fz_restore();
+    int64_t th = fz_opt.threads;
+    if (second == 1) {
+        th = 1 + (int64_t)((v >> 2) % 3);
+        CHECK(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, th) == SDPA_OK,
+              "threads");
+    }
+    long a0 = fz_alloc_count();
+    int st2 = call(ctx, args);
+    CHECK(st2 == st, "status %d with %lld threads, %d with %lld", st,
+          (long long)fz_opt.threads, st2, (long long)th);
+    if (st == SDPA_OK && second == 2)
+        CHECK(fz_alloc_count() == a0, "a repeated call allocated");
+    if (st != SDPA_ERR_NONFINITE) {
+        size_t n2;
+        unsigned char *again = fz_outputs_copy(&n2);
+        CHECK(n1 == n2 && memcmp(first, again, n1) == 0,
+              "%s differ between %lld and %lld threads", outputs,
+              (long long)fz_opt.threads, (long long)th);
+        free(again);
+    }
+    free(first);
+}
+
 void fz_free_bufs(void)
 {
     for (int i = 0; i < g_nbufs; i++) {
@@ -890,4 +922,28 @@ void fz_init(const char *target, const char *upper, const fz_seed *seeds,
     const char *dir = getenv(name);
     if (dir && *dir)
         exit(write_seeds(dir, seeds, count));
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    const fz_target_def *t = &fz_this_target;
+    fz_init(t->name, t->upper, t->seeds, t->seed_count);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const fz_target_def *t = &fz_this_target;
+    fz_load(data, size);
+    fz_rng_seed(fz_seed64(t->seed_field));
+    if (t->reset)
+        t->reset();
+    if (t->run_huge && fz(t->huge_field) % 8 == 7)
+        t->run_huge();
+    else
+        t->run();
+    fz_free_bufs();
+    return 0;
 }

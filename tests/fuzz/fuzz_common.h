@@ -175,6 +175,16 @@ void fz_check_buf(const fz_buf *b, int all_bytes, int outside_map,
 unsigned char *fz_outputs_copy(size_t *n);
 void fz_free_bufs(void);
 
+/* A target's call of the library (a wrapper of the entry point). */
+typedef int (*fz_call_fn)(sdpa_ctx *ctx, const void *args);
+/* The second call of an input, after a first that returned st (outputs
+ * still registered), chosen by the field value v: v % 4 == 1 with another
+ * thread count (1 + (v >> 2) % 3), v % 4 == 2 the same call again, else
+ * none. It must return st; after OK a repeated call allocates nothing, and
+ * (but after NONFINITE) its outputs are bitwise those of the first call. */
+void fz_second_call(sdpa_ctx *ctx, unsigned v, int st, fz_call_fn call,
+                    const void *args, const char *outputs);
+
 /* ------------------------------------------------------------------------ */
 /* Strided views.                                                            */
 /* ------------------------------------------------------------------------ */
@@ -244,11 +254,29 @@ typedef struct fz_seed {
     } set[28]; /* ends with {-1, 0} */
 } fz_seed;
 
-/* LLVMFuzzerInitialize of every target: reads FUZZ_<UPPER>_VERBOSE, and
- * with FUZZ_<UPPER>_WRITE_CORPUS=<dir> writes the seeds (each run through
- * the target as it is written) and exits. `upper` is the target's name
- * without fuzz_, in capitals ("FORWARD"). */
+/* Reads FUZZ_<UPPER>_VERBOSE, and with FUZZ_<UPPER>_WRITE_CORPUS=<dir>
+ * writes the seeds (each run through the target as it is written) and
+ * exits. `upper` is the target's name without fuzz_, in capitals
+ * ("FORWARD"). */
 void fz_init(const char *target, const char *upper, const fz_seed *seeds,
              size_t count);
+
+/* What a target defines (fz_this_target): LLVMFuzzerInitialize and
+ * LLVMFuzzerTestOneInput are fuzz_common.c's, the same for all. An input
+ * is loaded (fz_load), the PRNG seeded from the eight fields at
+ * seed_field, reset() clears the target's state (NULL: none), and the
+ * call runs: run_huge() when there is one and fz(huge_field) % 8 is 7 (the
+ * huge mode: views never allocated), else run(); the buffers are freed
+ * after it (fz_free_bufs). */
+typedef struct fz_target_def {
+    const char *name, *upper;
+    const fz_seed *seeds;
+    size_t seed_count;
+    int seed_field, huge_field;
+    void (*reset)(void);
+    void (*run)(void);
+    void (*run_huge)(void);
+} fz_target_def;
+extern const fz_target_def fz_this_target;
 
 #endif

@@ -805,6 +805,11 @@ static void analyse(const unsigned char *allowed, analysis *an)
     free(seen);
 }
 
+static int call_forward(sdpa_ctx *ctx, const void *args)
+{
+    return sdpa_forward(ctx, args);
+}
+
 static void run_small(void)
 {
     cfg *c = &g_c;
@@ -1444,34 +1449,8 @@ static void run_small(void)
 
     /* 4. a second call: other thread count (bitwise equal results), or the
      * same call (allocates nothing) */
-    unsigned second = fld(F_SECOND) % 4;
-    if (!null_ctx && !null_args && !oom && (second == 1 || second == 2)) {
-        size_t nb;
-        unsigned char *first = fz_outputs_copy(&nb);
-        fz_restore();
-        int64_t th = fz_opt.threads;
-        if (second == 1) {
-            th = 1 + (int64_t)((fld(F_SECOND) >> 2) % 3);
-            CHECK(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, th) == SDPA_OK,
-                  "threads");
-        }
-        long a0 = fz_alloc_count();
-        int st2 = sdpa_forward(ctx, &box.a);
-        CHECK(st2 == st, "status %d with %lld threads, %d with %lld", st,
-              (long long)fz_opt.threads, st2, (long long)th);
-        if (st == SDPA_OK && second == 2)
-            CHECK(fz_alloc_count() == a0,
-                  "a second call with the same shape allocated");
-        if (st != SDPA_ERR_NONFINITE) {
-            size_t nb2;
-            unsigned char *again = fz_outputs_copy(&nb2);
-            CHECK(nb == nb2 && memcmp(first, again, nb) == 0,
-                  "outputs differ between %lld and %lld threads",
-                  (long long)fz_opt.threads, (long long)th);
-            free(again);
-        }
-        free(first);
-    }
+    if (!null_ctx && !null_args && !oom)
+        fz_second_call(ctx, fld(F_SECOND), st, call_forward, &box.a, "outputs");
     if (have_ref)
         ref_free(&ref);
     fz_ctx_end(ctx);
@@ -1736,25 +1715,14 @@ static const fz_seed seeds[] = {
       {-1, 0}}},
 };
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+static void reset(void)
 {
-    (void)argc;
-    (void)argv;
-    fz_init("fuzz_forward", "FORWARD", seeds, sizeof seeds / sizeof seeds[0]);
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    fz_load(data, size);
-    fz_rng_seed(fz_seed64(F_SEED0));
     memset(&g_c, 0, sizeof g_c);
     memset(g_t, 0, sizeof g_t);
     g_c.huge = (fld(F_MODE) & 7) == 7;
-    if (g_c.huge)
-        run_huge();
-    else
-        run_small();
-    fz_free_bufs();
-    return 0;
 }
+
+const fz_target_def fz_this_target = {
+    "fuzz_forward", "FORWARD", seeds, sizeof seeds / sizeof seeds[0],
+    F_SEED0,        F_MODE,    reset, run_small,
+    run_huge};

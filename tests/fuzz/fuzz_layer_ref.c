@@ -368,11 +368,11 @@ int fz_layer_ref_backward(const fz_layer_call *c, const sdpa_tensor *dy,
     ba.alibi_slopes = f.alibi_slopes;
     ba.sinks = f.sinks;
     bwd_extra x = {r->e_s,
-                      max_of(r->eq, (size_t)(rq * wq)),
-                      max_of(r->ek, (size_t)(rk * wk)),
-                      max_of(r->ev, (size_t)(rk * wv)),
-                      (long double)r->att_tol.out,
-                      max_of(edO, (size_t)(rq * wo))};
+                   max_of(r->eq, (size_t)(rq * wq)),
+                   max_of(r->ek, (size_t)(rk * wk)),
+                   max_of(r->ev, (size_t)(rk * wv)),
+                   (long double)r->att_tol.out,
+                   max_of(edO, (size_t)(rq * wo))};
     bwd_ref br;
     if (ref_backward(&ba, (double)eps, &x, &br) != 0)
         return -1;

@@ -1011,23 +1011,12 @@ static const fz_seed seeds[] = {
      {{F_MODE, 7}, {F_HUGE_WHAT, 1 | 0x40 | 0x80}, {F_HUGE_VAL, 2}, {-1, 0}}},
 };
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+static void reset(void)
 {
-    (void)argc;
-    (void)argv;
-    fz_init("fuzz_merge", "MERGE", seeds, sizeof seeds / sizeof seeds[0]);
-    return 0;
+    memset(&g, 0, sizeof g);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    fz_load(data, size);
-    fz_rng_seed(fz_seed64(F_SEED0));
-    memset(&g, 0, sizeof g);
-    if (fz(F_MODE) % 8 == 7)
-        run_huge();
-    else
-        run();
-    fz_free_bufs();
-    return 0;
-}
+const fz_target_def fz_this_target = {
+    "fuzz_merge", "MERGE", seeds, sizeof seeds / sizeof seeds[0],
+    F_SEED0,      F_MODE,  reset, run,
+    run_huge};

@@ -36,6 +36,11 @@
 
 static fz_layer_call g;
 
+static int call_mha_forward(sdpa_ctx *ctx, const void *args)
+{
+    return sdpa_mha_forward(ctx, args);
+}
+
 static void run(void)
 {
     fz_layer_call *c = &g;
@@ -128,29 +133,10 @@ static void run(void)
     }
     /* a second call: another thread count (bitwise), or the same call
      * (allocates nothing) */
-    unsigned second = fz(L_SECOND) % 4;
-    if (st == SDPA_OK && !c->null_ctx && !oom && (second == 1 || second == 2) &&
-        c->box.a.y.data != c->x_q.t.data) {
-        size_t n1, n2;
-        unsigned char *first = fz_outputs_copy(&n1);
-        fz_restore();
-        int64_t th = fz_opt.threads;
-        if (second == 1) {
-            th = 1 + (int64_t)((fz(L_SECOND) >> 2) % 3);
-            CHECK(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, th) == SDPA_OK,
-                  "threads");
-        }
-        long a0 = fz_alloc_count();
-        CHECK(sdpa_mha_forward(ctx, call) == SDPA_OK, "second call");
-        if (second == 2)
-            CHECK(fz_alloc_count() == a0, "a repeated call allocated");
-        unsigned char *again = fz_outputs_copy(&n2);
-        CHECK(n1 == n2 && memcmp(first, again, n1) == 0,
-              "outputs differ between %lld and %lld threads",
-              (long long)fz_opt.threads, (long long)th);
-        free(first);
-        free(again);
-    }
+    if (st == SDPA_OK && !c->null_ctx && !oom &&
+        c->box.a.y.data != c->x_q.t.data)
+        fz_second_call(ctx, fz(L_SECOND), st, call_mha_forward, call,
+                       "outputs");
     if (have_ref)
         fz_layer_ref_free(&r);
     fz_ctx_end(ctx);
@@ -227,20 +213,12 @@ static const fz_seed seeds[] = {
     {"huge_x_q", {{L_BAD_KIND, 18}, {L_BAD_VAL, 1}, {-1, 0}}},
 };
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fz_init("fuzz_mha_forward", "MHA_FORWARD", seeds,
-            sizeof seeds / sizeof seeds[0]);
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    fz_load(data, size);
-    fz_rng_seed(fz_seed64(L_SEED0));
-    run();
-    fz_free_bufs();
-    return 0;
-}
+const fz_target_def fz_this_target = {"fuzz_mha_forward",
+                                      "MHA_FORWARD",
+                                      seeds,
+                                      sizeof seeds / sizeof seeds[0],
+                                      L_SEED0,
+                                      0,
+                                      NULL,
+                                      run,
+                                      NULL};

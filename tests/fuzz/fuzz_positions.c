@@ -528,19 +528,8 @@ static const fz_seed seeds[] = {
     {"alibi_bad_heads", {{F_FUNC, 2}, {F_HEADS, 15}, {-1, 0}}},
 };
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+static void run_one(void)
 {
-    (void)argc;
-    (void)argv;
-    fz_init("fuzz_positions", "POSITIONS", seeds,
-            sizeof seeds / sizeof seeds[0]);
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    fz_load(data, size);
-    fz_rng_seed(fz_seed64(F_SEED0));
     switch (fz(F_FUNC) % 3) {
     case 0:
         run_rope();
@@ -552,6 +541,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         run_alibi();
         break;
     }
-    fz_free_bufs();
-    return 0;
 }
+
+const fz_target_def fz_this_target = {"fuzz_positions",
+                                      "POSITIONS",
+                                      seeds,
+                                      sizeof seeds / sizeof seeds[0],
+                                      F_SEED0,
+                                      0,
+                                      NULL,
+                                      run_one,
+                                      NULL};

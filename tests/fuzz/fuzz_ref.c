@@ -192,4 +192,3 @@ void fz_check_close(const char *what, double got, long double ref,
           what, (long long)i0, (long long)i1, (long long)i2, (long long)i3, got,
           ref, tol);
 }
-

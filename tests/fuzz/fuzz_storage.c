@@ -1721,8 +1721,8 @@ static void check_finite_out(const cfg *c, const char *what)
                 }
 }
 
-static void check_values(const cfg *c, const ref_result *ref, const test_tol *tol,
-                         int check_vals)
+static void check_values(const cfg *c, const ref_result *ref,
+                         const test_tol *tol, int check_vals)
 {
     const int half_out = is_half(c->qt);
     sdpa_tensor ov = g_t[T_OUT].t;
@@ -2478,29 +2478,31 @@ static const fz_seed seeds[] = {
      {{F_PAGED, 1}, {F_QTYPE, 8}, {F_ERR, 15}, {F_ERR_VAL, 1}, {-1, 0}}},
 };
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
+static void reset(void)
 {
-    (void)argc;
-    (void)argv;
-    fz_init("fuzz_storage", "STORAGE", seeds, sizeof seeds / sizeof seeds[0]);
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    fz_load(data, size);
-    fz_rng_seed(fz_seed64(F_SEED0));
     memset(&g_c, 0, sizeof g_c);
     memset(g_t, 0, sizeof g_t);
     memset(&g_pool, 0, sizeof g_pool);
     g_table = NULL;
     g_kvlens = NULL;
+}
+
+static void run_and_free(void)
+{
     run_one();
     free(g_c.tvals);
     free(g_allowed);
     free(g_seen);
     g_c.tvals = NULL;
     g_allowed = g_seen = NULL;
-    fz_free_bufs();
-    return 0;
 }
+
+const fz_target_def fz_this_target = {"fuzz_storage",
+                                      "STORAGE",
+                                      seeds,
+                                      sizeof seeds / sizeof seeds[0],
+                                      F_SEED0,
+                                      0,
+                                      reset,
+                                      run_and_free,
+                                      NULL};
