@@ -103,7 +103,7 @@
 
 #include "fuzz_common.h"
 #include "fuzz_ref.h"
-#include "../half_codec.h"
+#include "half_codec.h"
 
 /* ------------------------------------------------------------------------ */
 /* Input fields: one byte each (new fields are appended, so that the        */
