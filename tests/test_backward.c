@@ -234,13 +234,8 @@ static void inst_make(inst *s, const cfg *c)
 
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     tp_apply(&a, dt, &c->x);
-    a.q = s->q.t;
-    a.k = s->k.t;
-    a.v = s->v.t;
-    a.mask = s->mask.t;
-    a.bias = s->bias.t;
-    a.out = s->out.t;
-    a.lse = s->lse.t;
+    tp_views(&a, &s->q, &s->k, &s->v, &s->mask, &s->bias, &s->out, NULL,
+             &s->lse, NULL);
     s->fa = a;
 
     sdpa_backward_args g = tp_backward_of(&a);

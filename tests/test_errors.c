@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "sdpa.h"
+#include "problem.h"
 #include "testutil.h"
 
 static int g_float = SDPA_FLOAT32;
@@ -88,14 +89,8 @@ static int fx_setup(void **state)
     assert_non_null(f->arena);
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = dtype;
-    a.q = f->q.t;
-    a.k = f->k.t;
-    a.v = f->v.t;
-    a.mask = f->mask.t;
-    a.bias = f->bias.t;
-    a.out = f->out.t;
-    a.weights = f->w.t;
-    a.lse = f->lse.t;
+    tp_views(&a, &f->q, &f->k, &f->v, &f->mask, &f->bias, &f->out, &f->w,
+             &f->lse, NULL);
     a.kv_lens = f->kv_lens;
     f->base = a;
     f->a = a;
@@ -989,10 +984,7 @@ static void test_nonfinite_outputs(void **state)
             }
             sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
             a.dtype = dt;
-            a.q = tq.t;
-            a.k = tk.t;
-            a.v = tv.t;
-            a.out = to.t;
+            tp_views(&a, &tq, &tk, &tv, NULL, NULL, &to, NULL, NULL, NULL);
             assert_int_equal(sdpa_ctx_set_int(f->ctx, SDPA_OPT_PATH, path),
                              SDPA_OK);
             int st = sdpa_forward(f->ctx, &a);
@@ -1045,10 +1037,7 @@ static void test_out_of_memory(void **state)
     tbuf_fill_random(&v, &r, 1.0);
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = dt;
-    a.q = q.t;
-    a.k = k.t;
-    a.v = v.t;
-    a.out = o.t;
+    tp_views(&a, &q, &k, &v, NULL, NULL, &o, NULL, NULL, NULL);
     fill_sentinel(o.mem, o.elems * o.esize);
     assert_int_equal(sdpa_forward(c, &a), SDPA_ERR_OUT_OF_MEMORY);
     assert_true(ca.failures >= 1);
@@ -1083,10 +1072,7 @@ static void oom_call_make(oom_call *c, int dtype, int64_t hq, int64_t tq,
     tbuf_fill_random(&c->v, &r, 1.0);
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = dtype;
-    a.q = c->q.t;
-    a.k = c->k.t;
-    a.v = c->v.t;
-    a.out = c->o.t;
+    tp_views(&a, &c->q, &c->k, &c->v, NULL, NULL, &c->o, NULL, NULL, NULL);
     c->a = a;
 }
 

@@ -29,6 +29,7 @@
 
 #include "reference.h"
 #include "sdpa.h"
+#include "problem.h"
 #include "testutil.h"
 
 /* README's recipe, extracted by tests/CMakeLists.txt. */
@@ -86,11 +87,7 @@ static sdpa_forward_args problem_args(const problem *p)
     a.causal = p->causal;
     a.softcap = p->softcap;
     a.kv_lens = p->use_kv_lens ? p->kv_lens : NULL;
-    a.q = p->q.t;
-    a.k = p->k.t;
-    a.v = p->v.t;
-    a.out = p->out.t;
-    a.lse = p->lse.t;
+    tp_views(&a, &p->q, &p->k, &p->v, NULL, NULL, &p->out, NULL, &p->lse, NULL);
     return a;
 }
 

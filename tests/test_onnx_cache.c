@@ -47,6 +47,7 @@
 
 #include "reference.h"
 #include "sdpa.h"
+#include "problem.h"
 #include "testutil.h"
 
 enum { NB = 4, HQ = 4, HKV = 2, SQ = 3, DK = 8, DV = 5, TK = 12, PMAX = 9 };
@@ -161,11 +162,7 @@ static sdpa_forward_args step_args(step *s, int causal)
     a.dtype = s->dtype;
     a.causal = causal;
     a.kv_lens = s->total;
-    a.q = s->q.t;
-    a.k = s->k.t;
-    a.v = s->v.t;
-    a.out = s->out.t;
-    a.lse = s->lse.t;
+    tp_views(&a, &s->q, &s->k, &s->v, NULL, NULL, &s->out, NULL, &s->lse, NULL);
     return a;
 }
 
@@ -200,11 +197,7 @@ static void reference_for(const step *s, const tbuf *mask, ref_result *r)
 {
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = s->dtype;
-    a.q = s->q.t;
-    a.k = s->k.t;
-    a.v = s->v.t;
-    a.out = s->out.t;
-    a.lse = s->lse.t;
+    tp_views(&a, &s->q, &s->k, &s->v, NULL, NULL, &s->out, NULL, &s->lse, NULL);
     a.mask = mask->t;
     assert_int_equal(ref_forward(&a, r), 0);
     assert_false(r->any_empty);

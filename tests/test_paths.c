@@ -26,6 +26,7 @@
 #include <stdbool.h>
 
 #include "reference.h"
+#include "problem.h"
 #include "testutil.h"
 
 typedef struct scenario {
@@ -61,11 +62,7 @@ static void make_buffers(const scenario *sc, buffers *b, rng *r)
     a.dtype = sc->dtype;
     a.causal = sc->causal;
     a.softcap = sc->softcap;
-    a.q = b->q.t;
-    a.k = b->k.t;
-    a.v = b->v.t;
-    a.out = b->out.t;
-    a.lse = b->lse.t;
+    tp_views(&a, &b->q, &b->k, &b->v, NULL, NULL, &b->out, NULL, &b->lse, NULL);
     if (sc->use_lens) {
         a.kv_lens = sc->lens;
         /* K and V rows past the length are NaN: they must never be read. */
@@ -343,10 +340,7 @@ static void test_tiled_workspace_independent_of_keys(void **state)
         tbuf_make(&out, SDPA_FLOAT32, 1, 2, 512, 64, LAYOUT_BHTD, 0);
         sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
         a.dtype = SDPA_FLOAT32;
-        a.q = q.t;
-        a.k = k.t;
-        a.v = v.t;
-        a.out = out.t;
+        tp_views(&a, &q, &k, &v, NULL, NULL, &out, NULL, NULL, NULL);
         sdpa_ctx *ctx = NULL;
         assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
         assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_TILED),

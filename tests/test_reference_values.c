@@ -23,6 +23,7 @@
 
 #include "reference.h"
 #include "sdpa.h"
+#include "problem.h"
 #include "testutil.h"
 
 #define TOL 1e-4
@@ -97,12 +98,8 @@ static void fixture_init(fixture *f, int dtype, int64_t n, int64_t h,
     f->lse = mk(dtype, NULL, n, h, 2, 1);
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = dtype;
-    a.q = f->q.t;
-    a.k = f->k.t;
-    a.v = f->v.t;
-    a.out = f->out.t;
-    a.weights = f->w.t;
-    a.lse = f->lse.t;
+    tp_views(&a, &f->q, &f->k, &f->v, NULL, NULL, &f->out, &f->w, &f->lse,
+             NULL);
     if (mask) {
         f->mask = mk(ELEM_U8, mask, n, h, 2, 2);
         a.mask = f->mask.t;
@@ -238,11 +235,7 @@ static void masked_softmax_case(int dtype, forbid_via via)
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = dtype;
     a.scale = 1.0;
-    a.q = q.t;
-    a.k = k.t;
-    a.v = v.t;
-    a.out = out.t;
-    a.weights = w.t;
+    tp_views(&a, &q, &k, &v, NULL, NULL, &out, &w, NULL, NULL);
     if (via == VIA_MASK) {
         extra = mk(ELEM_U8, M, 1, 1, 2, 3);
         a.mask = extra.t;

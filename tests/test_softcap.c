@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "sdpa.h"
+#include "problem.h"
 #include "testutil.h"
 
 #ifdef SDPA_TEST_ROW_KERNELS
@@ -198,11 +199,7 @@ static void api_run(sdpa_ctx *ctx, int dtype, double c, const double *s, int n,
     a.dtype = dtype;
     a.scale = 1.0;
     a.softcap = c;
-    a.q = q.t;
-    a.k = k.t;
-    a.v = v.t;
-    a.out = out.t;
-    a.lse = lse.t;
+    tp_views(&a, &q, &k, &v, NULL, NULL, &out, NULL, &lse, NULL);
     if (tk > 1) {
         tbuf_make(&mask, ELEM_U8, 1, 1, n, tk, LAYOUT_BHTD, 0);
         for (int i = 0; i < n; i++)

@@ -92,22 +92,28 @@ void tp_free(test_problem *p)
         tbuf_free(all[i]);
 }
 
+void tp_views(sdpa_forward_args *a, const tbuf *q, const tbuf *k, const tbuf *v,
+              const tbuf *mask, const tbuf *bias, const tbuf *out,
+              const tbuf *w, const tbuf *lse, const tbuf *lg)
+{
+    const tbuf *from[] = {q, k, v, mask, bias, out, w, lse, lg};
+    sdpa_tensor *to[] = {&a->q,   &a->k,       &a->v,   &a->mask,  &a->bias,
+                         &a->out, &a->weights, &a->lse, &a->logits};
+    for (int i = 0; i < 9; ++i)
+        if (from[i])
+            *to[i] = from[i]->t;
+}
+
+/* An allocated buffer, or NULL. */
+static const tbuf *held(const tbuf *x)
+{
+    return x->mem ? x : NULL;
+}
+
 void tp_bind(const test_problem *p, sdpa_forward_args *a)
 {
-    a->q = p->q.t;
-    a->k = p->k.t;
-    a->v = p->v.t;
-    a->out = p->out.t;
-    if (p->mask.mem)
-        a->mask = p->mask.t;
-    if (p->bias.mem)
-        a->bias = p->bias.t;
-    if (p->w.mem)
-        a->weights = p->w.t;
-    if (p->lse.mem)
-        a->lse = p->lse.t;
-    if (p->lg.mem)
-        a->logits = p->lg.t;
+    tp_views(a, &p->q, &p->k, &p->v, held(&p->mask), held(&p->bias), &p->out,
+             held(&p->w), held(&p->lse), held(&p->lg));
 }
 
 void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x)

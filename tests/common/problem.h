@@ -61,6 +61,11 @@ void tp_sinks(test_problem *p, const double *sinks);
 void tp_kvlens(test_problem *p, const int64_t *lens);
 void tp_free(test_problem *p);
 
+/* The views of the given buffers (NULL: left as it is) in a: q, k, v, mask,
+ * bias, out, weights, lse, logits. */
+void tp_views(sdpa_forward_args *a, const tbuf *q, const tbuf *k, const tbuf *v,
+              const tbuf *mask, const tbuf *bias, const tbuf *out,
+              const tbuf *w, const tbuf *lse, const tbuf *lg);
 /* The views of the buffers p holds (q, k, v and out always; mask, bias,
  * weights, lse and logits when allocated) in a, the rest of a untouched. */
 void tp_bind(const test_problem *p, sdpa_forward_args *a);
