@@ -62,15 +62,7 @@ void bwd_ref_free(bwd_ref *r)
 static sdpa_forward_args forward_of(const sdpa_backward_args *a)
 {
     sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
-    f.dtype = a->dtype;
-    f.causal = a->causal;
-    f.flags = a->flags;
-    f.scale = a->scale;
-    f.softcap = a->softcap;
-    f.kv_lens = a->kv_lens;
-    f.q = a->q;
-    f.k = a->k;
-    f.v = a->v;
+    TP_COPY_SHARED(f, *a);
     const int64_t n = a->q.shape[0];
     if (f.k.shape[0] == 1 && n > 1) {
         f.k.shape[0] = n;
@@ -80,13 +72,6 @@ static sdpa_forward_args forward_of(const sdpa_backward_args *a)
         f.v.shape[0] = n;
         f.v.stride[0] = 0;
     }
-    f.mask = a->mask;
-    f.bias = a->bias;
-    f.out = a->out;
-    f.window_left = a->window_left;
-    f.window_right = a->window_right;
-    f.alibi_slopes = a->alibi_slopes;
-    f.sinks = a->sinks;
     return f;
 }
 

@@ -138,23 +138,7 @@ void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x)
 sdpa_backward_args tp_backward_of(const sdpa_forward_args *a)
 {
     sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
-    g.dtype = a->dtype;
-    g.causal = a->causal;
-    g.flags = a->flags;
-    g.scale = a->scale;
-    g.softcap = a->softcap;
-    g.kv_lens = a->kv_lens;
-    g.q = a->q;
-    g.k = a->k;
-    g.v = a->v;
-    g.mask = a->mask;
-    g.bias = a->bias;
-    g.out = a->out;
-    g.lse = a->lse;
-    g.window_left = a->window_left;
-    g.window_right = a->window_right;
-    g.alibi_slopes = a->alibi_slopes;
-    g.sinks = a->sinks;
+    TP_COPY_SHARED(g, *a);
     return g;
 }
 

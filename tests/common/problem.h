@@ -71,6 +71,29 @@ void tp_views(sdpa_forward_args *a, const tbuf *q, const tbuf *k, const tbuf *v,
 void tp_bind(const test_problem *p, sdpa_forward_args *a);
 /* dtype and the settings of x in a. */
 void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x);
+/* The fields sdpa_forward_args and sdpa_backward_args share (the call's
+ * settings, q, k, v, mask, bias, out and lse), copied from the struct src
+ * to the struct dst, either way. */
+#define TP_COPY_SHARED(dst, src)                                               \
+    do {                                                                       \
+        (dst).dtype = (src).dtype;                                             \
+        (dst).causal = (src).causal;                                           \
+        (dst).flags = (src).flags;                                             \
+        (dst).scale = (src).scale;                                             \
+        (dst).softcap = (src).softcap;                                         \
+        (dst).kv_lens = (src).kv_lens;                                         \
+        (dst).q = (src).q;                                                     \
+        (dst).k = (src).k;                                                     \
+        (dst).v = (src).v;                                                     \
+        (dst).mask = (src).mask;                                               \
+        (dst).bias = (src).bias;                                               \
+        (dst).out = (src).out;                                                 \
+        (dst).lse = (src).lse;                                                 \
+        (dst).window_left = (src).window_left;                                 \
+        (dst).window_right = (src).window_right;                               \
+        (dst).alibi_slopes = (src).alibi_slopes;                               \
+        (dst).sinks = (src).sinks;                                             \
+    } while (0)
 /* The sdpa_backward_args of the same problem (no gradient outputs yet). */
 sdpa_backward_args tp_backward_of(const sdpa_forward_args *a);
 

@@ -348,25 +348,11 @@ int fz_layer_ref_backward(const fz_layer_call *c, const sdpa_tensor *dy,
     for (size_t i = 0; i < (size_t)(rq * c->Hq); i++)
         lsed[i] = (double)r->att.lse[i];
     sdpa_forward_args f = attention_args(c, r);
-    sdpa_backward_args ba = SDPA_BACKWARD_ARGS_INIT;
+    sdpa_backward_args ba = tp_backward_of(&f);
     ba.dtype = SDPA_FLOAT64;
-    ba.causal = f.causal;
-    ba.flags = f.flags;
-    ba.scale = f.scale;
-    ba.softcap = f.softcap;
-    ba.kv_lens = f.kv_lens;
-    ba.q = f.q;
-    ba.k = f.k;
-    ba.v = f.v;
-    ba.mask = f.mask;
-    ba.bias = f.bias;
     ba.out = sdpa_tensor_bhtd(od, c->N, c->Hq, c->Tq, c->dv);
     ba.lse = sdpa_tensor_bhtd(lsed, c->N, c->Hq, c->Tq, 1);
     ba.dout = sdpa_tensor_bhtd(dod, c->N, c->Hq, c->Tq, c->dv);
-    ba.window_left = f.window_left;
-    ba.window_right = f.window_right;
-    ba.alibi_slopes = f.alibi_slopes;
-    ba.sinks = f.sinks;
     bwd_extra x = {r->e_s,
                    max_of(r->eq, (size_t)(rq * wq)),
                    max_of(r->ek, (size_t)(rk * wk)),
