@@ -116,11 +116,7 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype)
     static const int64_t hq_choices[] = {1, 2, 3, 4, 6, 8};
     c->N = rng_int(&r, 1, MAX_N);
     c->Hq = hq_choices[rng_int(&r, 0, 5)];
-    int64_t divs[8], nd = 0;
-    for (int64_t d = 1; d <= c->Hq; ++d)
-        if (c->Hq % d == 0)
-            divs[nd++] = d;
-    c->Hkv = divs[rng_int(&r, 0, nd - 1)];
+    c->Hkv = tp_draw_hkv(&r, c->Hq);
     c->Tq = rng_int(&r, 0, 4) == 0 ? rng_int(&r, 1, 3) : rng_int(&r, 1, 40);
     c->Tk = rng_int(&r, 1, 48);
     c->Dk = rng_int(&r, 1, 20);
@@ -148,16 +144,8 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype)
     c->want_dbias = c->use_bias && rng_int(&r, 0, 3) != 0;
     c->bias_ninf_p = rng_int(&r, 0, 1) ? 0.15 : 0.0;
     c->x.causal = (int)rng_int(&r, 0, 2);
-    c->x.use_kvlens = rng_int(&r, 0, 2) == 0;
-    for (int64_t b = 0; b < c->N; ++b) {
-        int64_t m = rng_int(&r, 0, 5);
-        c->x.kv_lens[b] = !c->x.use_kvlens ? c->Tk
-                          : m == 0         ? 0
-                          : m == 1         ? c->Tk
-                                           : rng_int(&r, 1, c->Tk);
-    }
-    int64_t sm = rng_int(&r, 0, 3);
-    c->x.scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(&r);
+    tp_draw_kvlens(&c->x, &r, c->N, c->Tk);
+    tp_draw_scale(&c->x, &r);
     int64_t cm = rng_int(&r, 0, 4);
     c->x.softcap = cm == 0 ? 1.0 : cm == 1 ? 5.0 : 0.0;
     double se = c->x.scale == 0.0 ? 1.0 / sqrt((double)c->Dk) : c->x.scale;
@@ -167,12 +155,7 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype)
     static const int64_t blocks[] = {0, 0, 1, 3, 8, 16};
     c->block_q = blocks[rng_int(&r, 0, 5)];
     c->block_k = blocks[rng_int(&r, 0, 5)];
-    c->x.use_window = rng_int(&r, 0, 2) == 0;
-    int64_t wm = rng_int(&r, 0, 3), wv = rng_int(&r, 1, c->Tk);
-    c->x.win_left = wm == 0 ? -1 : wm == 1 ? 0 : wv;
-    wm = rng_int(&r, 0, 3);
-    wv = rng_int(&r, 1, c->Tk);
-    c->x.win_right = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    tp_draw_window(&c->x, &r, c->Tk);
     c->x.use_alibi = rng_int(&r, 0, 2) == 0;
     for (int h = 0; h < MAX_H; ++h)
         c->x.slopes[h] = rng_sym(&r, 0.3);
@@ -682,16 +665,10 @@ static int compare(const cfg *c, const inst *s, const bref *r)
 
 static void set_common(sdpa_ctx *ctx, const cfg *c)
 {
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
-                                      c->empty_zero ? SDPA_EMPTY_ROWS_ZERO
-                                                    : SDPA_EMPTY_ROWS_ERROR),
-                     SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, c->threads),
-                     SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_Q, c->block_q),
-                     SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, c->block_k),
-                     SDPA_OK);
+    tp_set_empty_rows(ctx, c->empty_zero);
+    tp_set(ctx, SDPA_OPT_NUM_THREADS, c->threads);
+    tp_set(ctx, SDPA_OPT_BLOCK_Q, c->block_q);
+    tp_set(ctx, SDPA_OPT_BLOCK_K, c->block_k);
 }
 
 typedef struct stats {
@@ -780,8 +757,7 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
 
 static void run_many(int dtype, uint64_t first, long count)
 {
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     stats st;
     memset(&st, 0, sizeof st);
     memset(g_ratio, 0, sizeof g_ratio);

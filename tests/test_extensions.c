@@ -239,18 +239,13 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
 
     sdpa_ctx *ctx = NULL;
     assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
-                                      o->empty_zero ? SDPA_EMPTY_ROWS_ZERO
-                                                    : SDPA_EMPTY_ROWS_ERROR),
-                     SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, o->block_k),
-                     SDPA_OK);
+    tp_set_empty_rows(ctx, o->empty_zero);
+    tp_set(ctx, SDPA_OPT_BLOCK_K, o->block_k);
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
         if (!tp_use_kernel(ctx, ki))
             continue;
         for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
-                             SDPA_OK);
+            tp_set(ctx, SDPA_OPT_PATH, path);
             where w = {name, p->dtype, path, test_kernels[ki]};
             sdpa_forward_args a = p->a;
             if (o->as_v10)
@@ -1120,8 +1115,7 @@ static void test_logits_hand(void **state)
                     continue;
                 for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_MATERIALISED;
                      ++path) {
-                    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
-                                     SDPA_OK);
+                    tp_set(ctx, SDPA_OPT_PATH, path);
                     where w = {al ? "logits by hand, ALiBi" : "logits by hand",
                                dt, path, test_kernels[ki]};
                     tp_clear_outputs(&p);
@@ -1186,8 +1180,7 @@ static void test_logits_forced_paths(void **state)
         if (!tp_use_kernel(ctx, ki))
             continue;
         for (int path = SDPA_PATH_TILED; path <= SDPA_PATH_DECODE; ++path) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
-                             SDPA_OK);
+            tp_set(ctx, SDPA_OPT_PATH, path);
             tp_clear_outputs(&p);
             int st = sdpa_forward(ctx, &p.a);
             size_t bytes = 777;

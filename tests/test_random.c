@@ -175,12 +175,7 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     static const int64_t hq_choices[] = {1, 2, 3, 4, 6, 8};
     c->N = pick_dim(&r, 1, big ? 2 : MAX_N);
     c->Hq = hq_choices[rng_int(&r, 0, big ? 3 : 5)];
-    /* Hkv: a divisor of Hq (1 = MQA, Hq = MHA, in between = GQA). */
-    int64_t divs[8], nd = 0;
-    for (int64_t d = 1; d <= c->Hq; ++d)
-        if (c->Hq % d == 0)
-            divs[nd++] = d;
-    c->Hkv = divs[rng_int(&r, 0, nd - 1)];
+    c->Hkv = tp_draw_hkv(&r, c->Hq);
     if (big) {
         c->Tq =
             rng_int(&r, 0, 3) == 0 ? rng_int(&r, 1, 4) : pick_dim(&r, 1, 150);
@@ -218,16 +213,8 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     c->use_bias = rng_int(&r, 0, 2) == 0;
     c->bias_ninf_p = rng_int(&r, 0, 1) ? 0.15 : 0.0;
     c->x.causal = (int)rng_int(&r, 0, 2);
-    c->x.use_kvlens = rng_int(&r, 0, 2) == 0;
-    for (int64_t b = 0; b < c->N; ++b) {
-        int64_t m = rng_int(&r, 0, 5);
-        c->x.kv_lens[b] = !c->x.use_kvlens ? c->Tk
-                          : m == 0         ? 0
-                          : m == 1         ? c->Tk
-                                           : rng_int(&r, 1, c->Tk);
-    }
-    int64_t sm = rng_int(&r, 0, 3);
-    c->x.scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(&r);
+    tp_draw_kvlens(&c->x, &r, c->N, c->Tk);
+    tp_draw_scale(&c->x, &r);
     int64_t cm = rng_int(&r, 0, 5);
     c->x.softcap = cm == 0 ? 1.0 : cm == 1 ? 5.0 : cm == 2 ? 30.0 : 0.0;
     /* Keep the logit bound L = scale * Dk * amp^2 in [1, 16]. */
@@ -250,13 +237,7 @@ static void cfg_random(cfg *c, uint64_t seed, int dtype, int big)
     /* The 1.1 features, drawn after everything above (the configurations
      * of 1.0 stay what they were). Every draw happens whether the feature
      * is on or not. A window side: -1 (unbounded), 0, or 1..Tk. */
-    c->x.use_window = rng_int(&r, 0, 2) == 0;
-    int64_t wm = rng_int(&r, 0, 3);
-    int64_t wv = rng_int(&r, 1, c->Tk);
-    c->x.win_left = wm == 0 ? -1 : wm == 1 ? 0 : wv;
-    wm = rng_int(&r, 0, 3);
-    wv = rng_int(&r, 1, c->Tk);
-    c->x.win_right = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    tp_draw_window(&c->x, &r, c->Tk);
     int64_t am = rng_int(&r, 0, 5);
     c->alibi_mode = am <= 2 ? 0 : (int)(am - 2);
     for (int h = 0; h < 8; ++h) {
@@ -519,22 +500,18 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
     st->combined += features >= 2;
     st->none += features == 0;
 
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
-                                      c->empty_zero ? SDPA_EMPTY_ROWS_ZERO
-                                                    : SDPA_EMPTY_ROWS_ERROR),
-                     SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, c->threads),
-                     SDPA_OK);
+    tp_set_empty_rows(ctx, c->empty_zero);
+    tp_set(ctx, SDPA_OPT_NUM_THREADS, c->threads);
     /* Block sizes have no documented range beyond "0 = auto": accept a
      * refusal of a particular size, and fall back to auto. */
     int bs = sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_Q, c->block_q);
     assert_true(bs == SDPA_OK || bs == SDPA_ERR_BAD_OPTION_VALUE);
     if (bs != SDPA_OK)
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_Q, 0), SDPA_OK);
+        tp_set(ctx, SDPA_OPT_BLOCK_Q, 0);
     bs = sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, c->block_k);
     assert_true(bs == SDPA_OK || bs == SDPA_ERR_BAD_OPTION_VALUE);
     if (bs != SDPA_OK)
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, 0), SDPA_OK);
+        tp_set(ctx, SDPA_OPT_BLOCK_K, 0);
 
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
         if (!tp_use_kernel(ctx, ki)) {
@@ -598,8 +575,7 @@ static void run_config(sdpa_ctx *ctx, const cfg *c, stats *st)
 
 static void run_many(int dtype, uint64_t first, long count, int big)
 {
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     stats st;
     memset(&st, 0, sizeof st);
     memset(g_ratio, 0, sizeof g_ratio);

@@ -28,6 +28,19 @@ static inline void tp_use_path(sdpa_ctx *ctx, int path)
     assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
 }
 
+/* An option value the context must accept. */
+static inline void tp_set(sdpa_ctx *ctx, int option, int64_t value)
+{
+    assert_int_equal(sdpa_ctx_set_int(ctx, option, value), SDPA_OK);
+}
+
+/* SDPA_OPT_EMPTY_ROWS: ZERO when empty_zero, else ERROR. */
+static inline void tp_set_empty_rows(sdpa_ctx *ctx, int empty_zero)
+{
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS,
+           empty_zero ? SDPA_EMPTY_ROWS_ZERO : SDPA_EMPTY_ROWS_ERROR);
+}
+
 /* A context, with SDPA_EMPTY_ROWS_ZERO when empty_zero. */
 static inline sdpa_ctx *tp_ctx(int empty_zero)
 {

@@ -177,6 +177,44 @@ void tp_fill_bcast(tbuf *x, rng *r, int is_mask, int inverted, double mask_p,
                 }
 }
 
+int64_t tp_draw_hkv(rng *r, int64_t hq)
+{
+    int64_t divs[64], nd = 0;
+    for (int64_t d = 1; d <= hq && nd < 64; ++d)
+        if (hq % d == 0)
+            divs[nd++] = d;
+    return divs[rng_int(r, 0, nd - 1)];
+}
+
+void tp_draw_kvlens(tp_call *x, rng *r, int64_t n, int64_t tk)
+{
+    x->use_kvlens = rng_int(r, 0, 2) == 0;
+    for (int64_t b = 0; b < n; ++b) {
+        int64_t m = rng_int(r, 0, 5);
+        x->kv_lens[b] = !x->use_kvlens ? tk
+                        : m == 0       ? 0
+                        : m == 1       ? tk
+                                       : rng_int(r, 1, tk);
+    }
+}
+
+void tp_draw_scale(tp_call *x, rng *r)
+{
+    int64_t sm = rng_int(r, 0, 3);
+    x->scale = sm == 0 ? 0.0 : sm == 1 ? 1.0 : 0.05 + 1.5 * rng_unit(r);
+}
+
+void tp_draw_window(tp_call *x, rng *r, int64_t tk)
+{
+    x->use_window = rng_int(r, 0, 2) == 0;
+    int64_t wm = rng_int(r, 0, 3);
+    int64_t wv = rng_int(r, 1, tk);
+    x->win_left = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+    wm = rng_int(r, 0, 3);
+    wv = rng_int(r, 1, tk);
+    x->win_right = wm == 0 ? -1 : wm == 1 ? 0 : wv;
+}
+
 long tp_poison_unseen(test_problem *p, const ref_result *r, int kv_bcast)
 {
     const int64_t nkv = kv_bcast ? 1 : p->N, g = p->Hq / p->Hkv;

@@ -113,6 +113,19 @@ void tp_fill_bcast(tbuf *x, rng *r, int is_mask, int inverted, double mask_p,
  * filled with NaN; returns how many. */
 long tp_poison_unseen(test_problem *p, const ref_result *r, int kv_bcast);
 
+/* ---- Draws of the randomised tests (the order of their draws is part of
+ * each test's configurations: these keep it). ----------------------------- */
+/* A divisor of hq (1 = MQA, hq = MHA, in between = GQA). */
+int64_t tp_draw_hkv(rng *r, int64_t hq);
+/* x->use_kvlens (one in three), then each of the n lengths: 0, tk, or in
+ * 1..tk (tk without kv_lens). */
+void tp_draw_kvlens(tp_call *x, rng *r, int64_t n, int64_t tk);
+/* 0 (the default 1/sqrt(Dk)), 1, or in [0.05, 1.55). */
+void tp_draw_scale(tp_call *x, rng *r);
+/* x->use_window (one in three) and each side: -1 (unbounded), 0, or
+ * 1..tk. */
+void tp_draw_window(tp_call *x, rng *r, int64_t tk);
+
 /* ---- Outputs: reset to the sentinel, checked untouched. --------------- */
 void tp_clear(tbuf *x);
 void tp_clear_outputs(test_problem *p);

@@ -156,14 +156,7 @@ static void describe(const sdpa_backward_args *a)
 static void broadcast_layout(sdpa_tensor *x, unsigned modes)
 {
     const int64_t full[4] = {g.N, g.Hq, g.Tq, g.Tk};
-    int64_t run = 1;
-    for (int d = 3; d >= 0; d--) {
-        unsigned m = (modes >> (2 * d)) & 3;
-        x->shape[d] = m == 1 ? 1 : full[d];
-        x->stride[d] = m == 2 || m == 1 ? 0 : run;
-        if (m == 0 || m == 3)
-            run *= full[d];
-    }
+    fz_broadcast_layout(x, modes, full);
 }
 
 /* The valid call's tensors and options (before any argument error). */
@@ -915,7 +908,4 @@ static void reset(void)
     memset(&g, 0, sizeof g);
 }
 
-const fz_target_def fz_this_target = {
-    "fuzz_backward", "BACKWARD", seeds, sizeof seeds / sizeof seeds[0],
-    F_SEED0,         F_MODE,     reset, run,
-    run_huge};
+FZ_TARGET("fuzz_backward", "BACKWARD", F_SEED0, F_MODE, reset, run, run_huge);

@@ -729,6 +729,32 @@ void fz_set_layout(sdpa_tensor *t, int64_t n, int64_t h, int64_t tt, int64_t d,
     }
 }
 
+void fz_broadcast_layout(sdpa_tensor *x, unsigned modes, const int64_t full[4])
+{
+    int64_t run = 1;
+    for (int d = 3; d >= 0; d--) {
+        unsigned m = (modes >> (2 * d)) & 3;
+        x->shape[d] = m == 1 ? 1 : full[d];
+        x->stride[d] = m == 1 || m == 2 ? 0 : run;
+        if (m == 0 || m == 3)
+            run *= full[d];
+    }
+}
+
+void fz_decode_causal_window(sdpa_forward_args *a, unsigned causal,
+                             unsigned window)
+{
+    unsigned cv = causal % 4;
+    a->causal = cv == 1   ? SDPA_CAUSAL_TOP_LEFT
+                : cv == 2 ? SDPA_CAUSAL_BOTTOM_RIGHT
+                          : SDPA_CAUSAL_NONE;
+    if (window % 4 == 1) {
+        a->flags |= SDPA_FLAG_WINDOW;
+        a->window_left = (int64_t)(window >> 2 & 3) - 1;
+        a->window_right = (int64_t)(window >> 4 & 3) - 1;
+    }
+}
+
 int fz_sorted_rule(const sdpa_tensor *t, int ignore_inner)
 {
     int order[4], n = 0;

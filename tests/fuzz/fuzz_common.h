@@ -209,6 +209,14 @@ int64_t fz_sat_mul(int64_t a, int64_t b);
  * padded by `pad` elements (strides saturate at INT64_MAX). */
 void fz_set_layout(sdpa_tensor *t, int64_t n, int64_t h, int64_t tt, int64_t d,
                    int bthd, int64_t pad);
+/* A mask / bias view over the extents `full`: per dimension (2 bits of
+ * modes each) 0 full, 1 extent 1, 2 stride 0, 3 full; the full ones
+ * contiguous. */
+void fz_broadcast_layout(sdpa_tensor *x, unsigned modes, const int64_t full[4]);
+/* The causal anchor of a field value (1 top-left, 2 bottom-right, else
+ * none) and a window (w % 4 == 1: each side -1..2 from two bits) in a. */
+void fz_decode_causal_window(sdpa_forward_args *a, unsigned causal,
+                             unsigned window);
 /* The header's output rule: sorted by stride, each dimension of extent > 1
  * steps past everything the smaller ones cover (ignore_inner: stride[3] is
  * ignored, lse-like one-value-per-row views). */
@@ -278,5 +286,11 @@ typedef struct fz_target_def {
     void (*run_huge)(void);
 } fz_target_def;
 extern const fz_target_def fz_this_target;
+/* Defines fz_this_target with the target's `seeds` table. */
+#define FZ_TARGET(name, upper, seed_field, huge_field, reset, run, run_huge)   \
+    const fz_target_def fz_this_target = {                                     \
+        name,       upper,      seeds, sizeof seeds / sizeof seeds[0],         \
+        seed_field, huge_field, reset, run,                                    \
+        run_huge}
 
 #endif

@@ -1722,7 +1722,5 @@ static void reset(void)
     g_c.huge = (fld(F_MODE) & 7) == 7;
 }
 
-const fz_target_def fz_this_target = {
-    "fuzz_forward", "FORWARD", seeds, sizeof seeds / sizeof seeds[0],
-    F_SEED0,        F_MODE,    reset, run_small,
-    run_huge};
+FZ_TARGET("fuzz_forward", "FORWARD", F_SEED0, F_MODE, reset, run_small,
+          run_huge);

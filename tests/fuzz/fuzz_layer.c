@@ -73,19 +73,6 @@ static void rows_layout(fz_tens *x, int64_t n, int64_t t, int64_t e,
     }
 }
 
-static void broadcast_layout(sdpa_tensor *x, unsigned modes,
-                             const int64_t full[4])
-{
-    int64_t run = 1;
-    for (int d = 3; d >= 0; d--) {
-        unsigned m = (modes >> (2 * d)) & 3;
-        x->shape[d] = m == 1 ? 1 : full[d];
-        x->stride[d] = m == 1 || m == 2 ? 0 : run;
-        if (m == 0 || m == 3)
-            run *= full[d];
-    }
-}
-
 static fz_buf *param(const char *name, size_t n, size_t es, double amp)
 {
     fz_buf *b = fz_buf_new(name, 0, n * es);
@@ -99,22 +86,14 @@ static void decode_attn(fz_layer_call *c, size_t es)
 {
     sdpa_forward_args *f = &c->attn;
     *f = (sdpa_forward_args)SDPA_FORWARD_ARGS_INIT;
-    unsigned cv = fz(L_CAUSAL) % 4;
-    f->causal = cv == 1   ? SDPA_CAUSAL_TOP_LEFT
-                : cv == 2 ? SDPA_CAUSAL_BOTTOM_RIGHT
-                          : SDPA_CAUSAL_NONE;
-    if (fz(L_WINDOW) % 4 == 1) {
-        f->flags |= SDPA_FLAG_WINDOW;
-        f->window_left = (int64_t)(fz(L_WINDOW) >> 2 & 3) - 1;
-        f->window_right = (int64_t)(fz(L_WINDOW) >> 4 & 3) - 1;
-    }
+    fz_decode_causal_window(f, fz(L_CAUSAL), fz(L_WINDOW));
     const int64_t full[4] = {c->N, c->Hq, c->Tq, c->Tk};
     c->mask.present = fz(L_MASK) % 3 == 1;
     c->mask.es = 1;
-    broadcast_layout(&c->mask.t, fz(L_MASK_B), full);
+    fz_broadcast_layout(&c->mask.t, fz(L_MASK_B), full);
     c->bias.present = fz(L_BIAS) % 3 == 1;
     c->bias.es = es;
-    broadcast_layout(&c->bias.t, fz(L_BIAS_B), full);
+    fz_broadcast_layout(&c->bias.t, fz(L_BIAS_B), full);
     if (fz(L_MASK) & 0x40)
         f->flags |= SDPA_FLAG_MASK_NONZERO_ALLOWS;
     if (fz(L_KVLENS) % 3 == 1) {
@@ -538,17 +517,13 @@ void fz_layer_decode(fz_layer_call *c, int backward)
             a->w_o = NULL;
         break;
     case 4:
-        a->w_q = NULL;
-        break;
     case 5:
-        a->w_k = NULL;
-        break;
     case 6:
-        a->w_v = NULL;
+    case 7: { /* w_q, w_k, w_v, w_o */
+        const void **w[4] = {&a->w_q, &a->w_k, &a->w_v, &a->w_o};
+        *w[null_which - 4] = NULL;
         break;
-    case 7:
-        a->w_o = NULL;
-        break;
+    }
     default:
         break;
     }

@@ -203,6 +203,19 @@ static sdpa_forward_args attention_args(const fz_layer_call *c, fz_layer_ref *r)
     return f;
 }
 
+/* W_Q, W_K, W_V, W_O in long double. */
+static void weights_ld(const fz_layer_call *c, long double *W[4])
+{
+    const size_t es = fz_esize(c->dt.compute);
+    const int64_t E = c->E, wq = c->Hq * c->dk, wk = c->Hkv * c->dk;
+    const int64_t wv = c->Hkv * c->dv, wo = c->Hq * c->dv;
+    const size_t wn[4] = {(size_t)(E * wq), (size_t)(E * wk), (size_t)(E * wv),
+                          (size_t)(wo * E)};
+    const void *wp[4] = {c->a.w_q, c->a.w_k, c->a.w_v, c->a.w_o};
+    for (int i = 0; i < 4; i++)
+        W[i] = from_dtype(wp[i], wn[i], es);
+}
+
 int fz_layer_ref_forward(const fz_layer_call *c, fz_layer_ref *r)
 {
     memset(r, 0, sizeof *r);
@@ -216,11 +229,7 @@ int fz_layer_ref_forward(const fz_layer_call *c, fz_layer_ref *r)
     x_tilde(c, 0, &r->xq, &r->exq, eps);
     x_tilde(c, 1, &r->xkv, &r->exkv, eps);
     long double *W[4];
-    const size_t wn[4] = {(size_t)(E * wq), (size_t)(E * wk), (size_t)(E * wv),
-                          (size_t)(wo * E)};
-    const void *wp[4] = {c->a.w_q, c->a.w_k, c->a.w_v, c->a.w_o};
-    for (int i = 0; i < 4; i++)
-        W[i] = from_dtype(wp[i], wn[i], es);
+    weights_ld(c, W);
     r->q = ld_alloc((size_t)(rq * wq)), r->eq = ld_alloc((size_t)(rq * wq));
     r->k = ld_alloc((size_t)(rk * wk)), r->ek = ld_alloc((size_t)(rk * wk));
     r->v = ld_alloc((size_t)(rk * wv)), r->ev = ld_alloc((size_t)(rk * wv));
@@ -322,11 +331,7 @@ int fz_layer_ref_backward(const fz_layer_call *c, const sdpa_tensor *dy,
                 G[(b * c->Tq + t) * E + m] =
                     fz_get_raw(dy->data, es, fz_off4(dy, b, 0, t, m));
     long double *W[4];
-    const size_t wn[4] = {(size_t)(E * wq), (size_t)(E * wk), (size_t)(E * wv),
-                          (size_t)(wo * E)};
-    const void *wp[4] = {c->a.w_q, c->a.w_k, c->a.w_v, c->a.w_o};
-    for (int i = 0; i < 4; i++)
-        W[i] = from_dtype(wp[i], wn[i], es);
+    weights_ld(c, W);
     for (int i = 0; i < G_COUNT; i++) {
         r->g[i] = ld_alloc(fz_layer_grad_count(c, i));
         r->tg[i] = ld_alloc(fz_layer_grad_count(c, i));

@@ -205,15 +205,7 @@ static void make_problem(problem *pb)
     a->q = pb->q.t;
     a->k = pb->k.t;
     a->v = pb->v.t;
-    unsigned cv = fz(F_CAUSAL) % 4;
-    a->causal = cv == 1   ? SDPA_CAUSAL_TOP_LEFT
-                : cv == 2 ? SDPA_CAUSAL_BOTTOM_RIGHT
-                          : SDPA_CAUSAL_NONE;
-    if (fz(F_WINDOW) % 4 == 1) {
-        a->flags |= SDPA_FLAG_WINDOW;
-        a->window_left = (int64_t)(fz(F_WINDOW) >> 2) % 4 - 1;
-        a->window_right = (int64_t)(fz(F_WINDOW) >> 4) % 4 - 1;
-    }
+    fz_decode_causal_window(a, fz(F_CAUSAL), fz(F_WINDOW));
     if (fz(F_ALIBI) % 3 == 1 && g.H <= 8) {
         for (int64_t h = 0; h < g.H; h++)
             pb->slopes[h] = fz_sym(1.0);
@@ -1016,7 +1008,4 @@ static void reset(void)
     memset(&g, 0, sizeof g);
 }
 
-const fz_target_def fz_this_target = {
-    "fuzz_merge", "MERGE", seeds, sizeof seeds / sizeof seeds[0],
-    F_SEED0,      F_MODE,  reset, run,
-    run_huge};
+FZ_TARGET("fuzz_merge", "MERGE", F_SEED0, F_MODE, reset, run, run_huge);

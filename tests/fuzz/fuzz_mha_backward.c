@@ -325,12 +325,4 @@ static const fz_seed seeds[] = {
     {"oom", {{L_OOM, 15}, {-1, 0}}},
 };
 
-const fz_target_def fz_this_target = {"fuzz_mha_backward",
-                                      "MHA_BACKWARD",
-                                      seeds,
-                                      sizeof seeds / sizeof seeds[0],
-                                      L_SEED0,
-                                      0,
-                                      NULL,
-                                      run,
-                                      NULL};
+FZ_TARGET("fuzz_mha_backward", "MHA_BACKWARD", L_SEED0, 0, NULL, run, NULL);

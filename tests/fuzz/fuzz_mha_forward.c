@@ -213,12 +213,4 @@ static const fz_seed seeds[] = {
     {"huge_x_q", {{L_BAD_KIND, 18}, {L_BAD_VAL, 1}, {-1, 0}}},
 };
 
-const fz_target_def fz_this_target = {"fuzz_mha_forward",
-                                      "MHA_FORWARD",
-                                      seeds,
-                                      sizeof seeds / sizeof seeds[0],
-                                      L_SEED0,
-                                      0,
-                                      NULL,
-                                      run,
-                                      NULL};
+FZ_TARGET("fuzz_mha_forward", "MHA_FORWARD", L_SEED0, 0, NULL, run, NULL);

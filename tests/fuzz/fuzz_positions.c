@@ -543,12 +543,4 @@ static void run_one(void)
     }
 }
 
-const fz_target_def fz_this_target = {"fuzz_positions",
-                                      "POSITIONS",
-                                      seeds,
-                                      sizeof seeds / sizeof seeds[0],
-                                      F_SEED0,
-                                      0,
-                                      NULL,
-                                      run_one,
-                                      NULL};
+FZ_TARGET("fuzz_positions", "POSITIONS", F_SEED0, 0, NULL, run_one, NULL);

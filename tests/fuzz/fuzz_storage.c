@@ -2497,12 +2497,4 @@ static void run_and_free(void)
     g_allowed = g_seen = NULL;
 }
 
-const fz_target_def fz_this_target = {"fuzz_storage",
-                                      "STORAGE",
-                                      seeds,
-                                      sizeof seeds / sizeof seeds[0],
-                                      F_SEED0,
-                                      0,
-                                      reset,
-                                      run_and_free,
-                                      NULL};
+FZ_TARGET("fuzz_storage", "STORAGE", F_SEED0, 0, reset, run_and_free, NULL);
