@@ -24,12 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checks.h"
 #include "sdpa.h"
 #include "problem.h"
 #include "testutil.h"
-
-static int g_float = SDPA_FLOAT32;
-static int g_double = SDPA_FLOAT64;
 
 /* Baseline: N=2, Hq=4, Hkv=2, Tq=3, Tk=5, Dk=4, Dv=6, mask, bias,
  * kv_lens {5, 3}, weights, lse: a valid call. */
@@ -1327,42 +1325,37 @@ static void test_version(void **state)
     assert_string_equal(SDPA_VERSION_STRING, buf);
 }
 
-#define BOTH(fn)                                                               \
-    {#fn "_float", fn, fx_setup, fx_teardown, &g_float},                       \
-    {                                                                          \
-#fn "_double", fn, fx_setup, fx_teardown, &g_double                    \
-    }
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        BOTH(test_baseline_ok),
-        BOTH(test_null_pointer),
-        BOTH(test_struct_size),
-        BOTH(test_struct_tail),
-        BOTH(test_bad_dtype),
-        BOTH(test_bad_dim),
-        BOTH(test_shape_mismatch),
-        BOTH(test_bad_stride),
-        BOTH(test_overlap),
-        BOTH(test_overflow),
-        BOTH(test_work_overflow),
-        BOTH(test_bad_scale),
-        BOTH(test_bad_softcap),
-        BOTH(test_head_grouping),
-        BOTH(test_bad_kv_len),
-        BOTH(test_bad_causal),
-        BOTH(test_bad_flags),
-        BOTH(test_unknown_option),
-        BOTH(test_bad_option_value),
-        BOTH(test_message_text),
+        TP_BOTH_NAMED(test_baseline_ok, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_null_pointer, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_struct_size, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_struct_tail, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_dtype, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_dim, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_shape_mismatch, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_stride, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_overlap, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_overflow, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_work_overflow, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_scale, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_softcap, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_head_grouping, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_kv_len, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_causal, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_flags, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_unknown_option, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_option_value, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_message_text, fx_setup, fx_teardown),
         cmocka_unit_test(test_option_defaults),
-        BOTH(test_fully_masked_row),
-        BOTH(test_nonfinite),
-        BOTH(test_nonfinite_outputs),
-        BOTH(test_out_of_memory),
-        BOTH(test_out_of_memory_every_allocation),
-        BOTH(test_unsupported),
+        TP_BOTH_NAMED(test_fully_masked_row, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_nonfinite, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_nonfinite_outputs, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_out_of_memory, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_out_of_memory_every_allocation, fx_setup,
+                      fx_teardown),
+        TP_BOTH_NAMED(test_unsupported, fx_setup, fx_teardown),
         cmocka_unit_test(test_kernel_environment),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_version),

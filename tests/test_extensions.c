@@ -57,9 +57,6 @@
 #include "problem.h"
 #include "testutil.h"
 
-static int g_float = SDPA_FLOAT32;
-static int g_double = SDPA_FLOAT64;
-
 static const char *dt_name(int dtype)
 {
     return dtype == SDPA_FLOAT32 ? "float" : "double";
@@ -1335,29 +1332,25 @@ static void test_random_mix(void **state)
                   n_err);
 }
 
-#define BOTH(fn)                                                               \
-    cmocka_unit_test_prestate(fn, &g_float),                                   \
-        cmocka_unit_test_prestate(fn, &g_double)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        BOTH(test_window_causal_long),
-        BOTH(test_window_bottom_right_anchor),
-        BOTH(test_window_one_sided),
-        BOTH(test_window_empty_rows),
-        BOTH(test_validation),
+        TP_BOTH(test_window_causal_long),
+        TP_BOTH(test_window_bottom_right_anchor),
+        TP_BOTH(test_window_one_sided),
+        TP_BOTH(test_window_empty_rows),
+        TP_BOTH(test_validation),
         cmocka_unit_test(test_alibi_slopes_closed_form),
         cmocka_unit_test(test_alibi_slopes_errors),
-        BOTH(test_alibi_hand),
-        BOTH(test_alibi_random),
-        BOTH(test_sink_masked_row),
-        BOTH(test_sink_hand),
-        BOTH(test_sink_decode_chunks),
-        BOTH(test_logits_hand),
-        BOTH(test_logits_forced_paths),
-        BOTH(test_struct_size_624),
-        BOTH(test_random_mix),
+        TP_BOTH(test_alibi_hand),
+        TP_BOTH(test_alibi_random),
+        TP_BOTH(test_sink_masked_row),
+        TP_BOTH(test_sink_hand),
+        TP_BOTH(test_sink_decode_chunks),
+        TP_BOTH(test_logits_hand),
+        TP_BOTH(test_logits_forced_paths),
+        TP_BOTH(test_struct_size_624),
+        TP_BOTH(test_random_mix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,11 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checks.h"
 #include "sdpa.h"
 #include "testutil.h"
-
-static int g_float = SDPA_FLOAT32;
-static int g_double = SDPA_FLOAT64;
 
 static const char *dt_name(int dtype)
 {
@@ -764,17 +762,13 @@ static void test_errors(void **state)
 #undef EXPECT
 }
 
-#define BOTH(fn)                                                               \
-    cmocka_unit_test_prestate(fn, &g_float),                                   \
-        cmocka_unit_test_prestate(fn, &g_double)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        BOTH(test_random),
-        BOTH(test_in_place),
-        BOTH(test_zero_allocations),
-        BOTH(test_errors),
+        TP_BOTH(test_random),
+        TP_BOTH(test_in_place),
+        TP_BOTH(test_zero_allocations),
+        TP_BOTH(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

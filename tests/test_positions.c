@@ -31,11 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checks.h"
 #include "sdpa.h"
 #include "testutil.h"
-
-static int g_float = SDPA_FLOAT32;
-static int g_double = SDPA_FLOAT64;
 
 static const char *dt_name(int dtype)
 {
@@ -573,20 +571,16 @@ static void test_errors(void **state)
     assert_int_equal(first_non_sentinel(buf, sizeof buf), -1);
 }
 
-#define BOTH(fn)                                                               \
-    cmocka_unit_test_prestate(fn, &g_float),                                   \
-        cmocka_unit_test_prestate(fn, &g_double)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        BOTH(test_sinusoidal_closed_form),
+        TP_BOTH(test_sinusoidal_closed_form),
         cmocka_unit_test(test_sinusoidal_hand),
         cmocka_unit_test(test_permutation_equivariance),
-        BOTH(test_rope_reference),
+        TP_BOTH(test_rope_reference),
         cmocka_unit_test(test_rope_hand),
         cmocka_unit_test(test_rope_large_positions),
-        BOTH(test_rope_norms_and_relative),
+        TP_BOTH(test_rope_norms_and_relative),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

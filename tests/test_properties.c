@@ -39,9 +39,6 @@
 #include "problem.h"
 #include "testutil.h"
 
-static int g_float = SDPA_FLOAT32;
-static int g_double = SDPA_FLOAT64;
-
 typedef test_problem prob;
 
 typedef struct prob_opts {
@@ -326,6 +323,24 @@ typedef struct nan_ctx {
     ref_result *r;
 } nan_ctx;
 
+/* Row (b, h, i) of out finite and within tol of the reference. */
+static void check_out_row(const prob *p, const ref_result *r, int64_t b,
+                          int64_t h, int64_t i, double tol, int kernel,
+                          int path, int64_t block_k)
+{
+    const size_t row = (size_t)((b * p->Hq + h) * p->Tq + i);
+    for (int64_t d = 0; d < p->Dv; ++d) {
+        double x = tget(&p->out, b, h, i, d);
+        double ref = (double)r->out[row * (size_t)p->Dv + (size_t)d];
+        if (!(isfinite(x) && fabs(x - ref) <= tol))
+            print_error("kernel %d path %d block_k %lld out[%lld,%lld,%lld,"
+                        "%lld] = %g (ref %g)\n",
+                        kernel, path, (long long)block_k, (long long)b,
+                        (long long)h, (long long)i, (long long)d, x, ref);
+        assert_true(isfinite(x) && fabs(x - ref) <= tol);
+    }
+}
+
 static void check_nan_free(sdpa_ctx *ctx, prob *p, int kernel, int path,
                            void *user)
 {
@@ -338,17 +353,7 @@ static void check_nan_free(sdpa_ctx *ctx, prob *p, int kernel, int path,
         for (int64_t h = 0; h < p->Hq; ++h)
             for (int64_t i = 0; i < p->Tq; ++i) {
                 size_t row = (size_t)((b * p->Hq + h) * p->Tq + i);
-                for (int64_t d = 0; d < p->Dv; ++d) {
-                    double x = tget(&p->out, b, h, i, d);
-                    double ref =
-                        (double)n->r->out[row * (size_t)p->Dv + (size_t)d];
-                    if (!(isfinite(x) && fabs(x - ref) <= tol))
-                        print_error("kernel %d path %d out[%lld,%lld,%lld,"
-                                    "%lld] = %g (ref %g)\n",
-                                    kernel, path, (long long)b, (long long)h,
-                                    (long long)i, (long long)d, x, ref);
-                    assert_true(isfinite(x) && fabs(x - ref) <= tol);
-                }
+                check_out_row(p, n->r, b, h, i, tol, kernel, path, -1);
                 for (int64_t j = 0; j < p->Tk; ++j) {
                     double x = tget(&p->w, b, h, i, j);
                     double ref =
@@ -408,18 +413,7 @@ static void check_out_close(sdpa_ctx *ctx, prob *p, int kernel, int path,
         for (int64_t h = 0; h < p->Hq; ++h)
             for (int64_t i = 0; i < p->Tq; ++i) {
                 size_t row = (size_t)((b * p->Hq + h) * p->Tq + i);
-                for (int64_t d = 0; d < p->Dv; ++d) {
-                    double x = tget(&p->out, b, h, i, d);
-                    double ref =
-                        (double)n->r->out[row * (size_t)p->Dv + (size_t)d];
-                    if (!(isfinite(x) && fabs(x - ref) <= tol))
-                        print_error("kernel %d path %d block_k %lld out[%lld,"
-                                    "%lld,%lld,%lld] = %g (ref %g)\n",
-                                    kernel, path, (long long)block_k,
-                                    (long long)b, (long long)h, (long long)i,
-                                    (long long)d, x, ref);
-                    assert_true(isfinite(x) && fabs(x - ref) <= tol);
-                }
+                check_out_row(p, n->r, b, h, i, tol, kernel, path, block_k);
                 if (p->lse.mem) {
                     double x = tget(&p->lse, b, h, i, 0);
                     assert_true(isfinite(x) &&
@@ -963,26 +957,20 @@ static void test_workspace(void **state)
     tp_free(&p);
 }
 
-#define BOTH(fn)                                                               \
-    {#fn "_float", fn, NULL, NULL, &g_float},                                  \
-    {                                                                          \
-#fn "_double", fn, NULL, NULL, &g_double                               \
-    }
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        BOTH(test_forbidden_zero_rows_sum_one),
-        BOTH(test_permutation),
-        BOTH(test_nan_beyond_kv_lens),
-        BOTH(test_nan_behind_forbidden_keys),
-        BOTH(test_contexts_in_parallel),
-        BOTH(test_diagnostics),
-        BOTH(test_threads_bitwise),
-        BOTH(test_kernels_agree),
-        BOTH(test_no_alloc_after_first_call),
-        BOTH(test_no_alloc_random_sequences),
-        BOTH(test_workspace),
+        TP_BOTH_NAMED(test_forbidden_zero_rows_sum_one, NULL, NULL),
+        TP_BOTH_NAMED(test_permutation, NULL, NULL),
+        TP_BOTH_NAMED(test_nan_beyond_kv_lens, NULL, NULL),
+        TP_BOTH_NAMED(test_nan_behind_forbidden_keys, NULL, NULL),
+        TP_BOTH_NAMED(test_contexts_in_parallel, NULL, NULL),
+        TP_BOTH_NAMED(test_diagnostics, NULL, NULL),
+        TP_BOTH_NAMED(test_threads_bitwise, NULL, NULL),
+        TP_BOTH_NAMED(test_kernels_agree, NULL, NULL),
+        TP_BOTH_NAMED(test_no_alloc_after_first_call, NULL, NULL),
+        TP_BOTH_NAMED(test_no_alloc_random_sequences, NULL, NULL),
+        TP_BOTH_NAMED(test_workspace, NULL, NULL),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,14 +22,12 @@
 #include <string.h>
 
 #include "reference.h"
+#include "checks.h"
 #include "sdpa.h"
 #include "problem.h"
 #include "testutil.h"
 
 #define TOL 1e-4
-
-static int g_float = SDPA_FLOAT32;
-static int g_double = SDPA_FLOAT64;
 
 /* A contiguous BHTD tensor of the given dtype holding `vals` (row-major). */
 static tbuf mk(int dtype, const double *vals, int64_t n, int64_t h, int64_t t,
@@ -395,25 +393,19 @@ static void test_reference_agrees(void **state)
     fixture_free(&t);
 }
 
-#define BOTH(fn)                                                               \
-    {#fn "_float", fn, NULL, NULL, &g_float},                                  \
-    {                                                                          \
-#fn "_double", fn, NULL, NULL, &g_double                               \
-    }
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        BOTH(test_reference_agrees),
-        BOTH(test_two_token),
-        BOTH(test_two_token_mask),
-        BOTH(test_two_token_causal),
-        BOTH(test_masked_softmax_bias),
-        BOTH(test_masked_softmax_mask),
-        BOTH(test_masked_softmax_bias_scores),
-        BOTH(test_post_softmax_pitfall),
-        BOTH(test_fully_masked_row_error),
-        BOTH(test_fully_masked_row_zero),
+        TP_BOTH_NAMED(test_reference_agrees, NULL, NULL),
+        TP_BOTH_NAMED(test_two_token, NULL, NULL),
+        TP_BOTH_NAMED(test_two_token_mask, NULL, NULL),
+        TP_BOTH_NAMED(test_two_token_causal, NULL, NULL),
+        TP_BOTH_NAMED(test_masked_softmax_bias, NULL, NULL),
+        TP_BOTH_NAMED(test_masked_softmax_mask, NULL, NULL),
+        TP_BOTH_NAMED(test_masked_softmax_bias_scores, NULL, NULL),
+        TP_BOTH_NAMED(test_post_softmax_pitfall, NULL, NULL),
+        TP_BOTH_NAMED(test_fully_masked_row_error, NULL, NULL),
+        TP_BOTH_NAMED(test_fully_masked_row_zero, NULL, NULL),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

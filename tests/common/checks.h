@@ -7,6 +7,18 @@
 
 #include "problem.h"
 
+/* A test for float and for double, cmocka names fn_float and fn_double
+ * (setup and teardown may be NULL)... */
+#define TP_BOTH_NAMED(fn, setup, teardown)                                     \
+    {#fn "_float", fn, setup, teardown, &tp_float},                            \
+    {                                                                          \
+#fn "_double", fn, setup, teardown, &tp_double                         \
+    }
+/* ... or both named fn. */
+#define TP_BOTH(fn)                                                            \
+    cmocka_unit_test_prestate(fn, &tp_float),                                  \
+        cmocka_unit_test_prestate(fn, &tp_double)
+
 /* Sets test_kernels[ki]; 0 (and a note, once per kernel) when the CPU
  * lacks it. */
 static inline int tp_use_kernel(sdpa_ctx *ctx, int ki)

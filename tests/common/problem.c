@@ -6,18 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+int tp_float = SDPA_FLOAT32, tp_double = SDPA_FLOAT64;
+
 void tp_init(test_problem *p, int dtype, int64_t N, int64_t Hq, int64_t Hkv,
              int64_t Tq, int64_t Tk, int64_t Dk, int64_t Dv)
 {
-    memset(p, 0, sizeof *p);
-    p->dtype = dtype;
-    p->N = N;
-    p->Hq = Hq;
-    p->Hkv = Hkv;
-    p->Tq = Tq;
-    p->Tk = Tk;
-    p->Dk = Dk;
-    p->Dv = Dv;
+    *p = (test_problem){.dtype = dtype,
+                        .N = N,
+                        .Hq = Hq,
+                        .Hkv = Hkv,
+                        .Tq = Tq,
+                        .Tk = Tk,
+                        .Dk = Dk,
+                        .Dv = Dv};
 }
 
 void tp_make(test_problem *p, int dtype, rng *r, double amp, int64_t N,

@@ -43,6 +43,10 @@ typedef struct test_problem {
     sdpa_forward_args a;
 } test_problem;
 
+/* The dtypes a cmocka test runs for (its state points at one; checks.h:
+ * TP_BOTH). */
+extern int tp_float, tp_double;
+
 /* The shape of p (everything else zero). */
 void tp_init(test_problem *p, int dtype, int64_t N, int64_t Hq, int64_t Hkv,
              int64_t Tq, int64_t Tk, int64_t Dk, int64_t Dv);
