@@ -393,54 +393,36 @@ static sdpa_tensor *slot_of(sdpa_backward_args *a, int t)
     return s[t];
 }
 
+/* One gradient, whose reference arrays are contiguous over `ext`, against
+ * the call's view of it (tensor t). */
+static void compare_grad(const char *what, int t, const sdpa_tensor *view,
+                         const int64_t ext[4], const long double *ref,
+                         const long double *bound, const unsigned char *support,
+                         double eps)
+{
+    size_t x = 0;
+    for (int64_t i0 = 0; i0 < ext[0]; i0++)
+        for (int64_t i1 = 0; i1 < ext[1]; i1++)
+            for (int64_t i2 = 0; i2 < ext[2]; i2++)
+                for (int64_t i3 = 0; i3 < ext[3]; i3++, x++)
+                    fz_check_close(
+                        what, fz_get(&g_t[t], fz_off4(view, i0, i1, i2, i3)),
+                        ref[x], bound[x], eps, support[x], i0, i1, i2, i3);
+}
+
 /* Compares every gradient with the reference. */
 static void compare(const sdpa_backward_args *a, const bwd_ref *r)
 {
     const double eps = g.dt.compute == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
-    for (int64_t b = 0; b < g.N; b++)
-        for (int64_t h = 0; h < g.Hq; h++)
-            for (int64_t i = 0; i < g.Tq; i++) {
-                size_t x = bwd_dq_at(r, b, h, i);
-                for (int64_t d = 0; d < g.Dk; d++)
-                    fz_check_close(
-                        "dq", fz_get(&g_t[T_DQ], fz_off4(&a->dq, b, h, i, d)),
-                        r->dq[x + (size_t)d], r->tq[x + (size_t)d], eps,
-                        r->sq[x + (size_t)d], b, h, i, d);
-            }
-    for (int64_t b = 0; b < r->nk; b++)
-        for (int64_t hk = 0; hk < g.Hkv; hk++)
-            for (int64_t j = 0; j < g.Tk; j++) {
-                size_t x = bwd_dk_at(r, b, hk, j);
-                for (int64_t d = 0; d < g.Dk; d++)
-                    fz_check_close(
-                        "dk", fz_get(&g_t[T_DK], fz_off4(&a->dk, b, hk, j, d)),
-                        r->dk[x + (size_t)d], r->tk[x + (size_t)d], eps,
-                        r->sk[x + (size_t)d], b, hk, j, d);
-            }
-    for (int64_t b = 0; b < r->nv; b++)
-        for (int64_t hk = 0; hk < g.Hkv; hk++)
-            for (int64_t j = 0; j < g.Tk; j++) {
-                size_t x = bwd_dv_at(r, b, hk, j);
-                for (int64_t d = 0; d < g.Dv; d++)
-                    fz_check_close(
-                        "dv", fz_get(&g_t[T_DV], fz_off4(&a->dv, b, hk, j, d)),
-                        r->dv[x + (size_t)d], r->tv[x + (size_t)d], eps,
-                        r->sv[x + (size_t)d], b, hk, j, d);
-            }
-    if (a->dbias.data) {
-        const int64_t *e = r->dbias_shape;
-        for (int64_t b = 0; b < e[0]; b++)
-            for (int64_t h = 0; h < e[1]; h++)
-                for (int64_t i = 0; i < e[2]; i++)
-                    for (int64_t j = 0; j < e[3]; j++) {
-                        size_t x = bwd_db_at(r, b, h, i, j);
-                        fz_check_close("dbias",
-                                       fz_get(&g_t[T_DBIAS],
-                                              fz_off4(&a->dbias, b, h, i, j)),
-                                       r->dbias[x], r->tb[x], eps, r->sb[x], b,
-                                       h, i, j);
-                    }
-    }
+    const int64_t eq[4] = {g.N, g.Hq, g.Tq, g.Dk};
+    const int64_t ek[4] = {r->nk, g.Hkv, g.Tk, g.Dk};
+    const int64_t ev[4] = {r->nv, g.Hkv, g.Tk, g.Dv};
+    compare_grad("dq", T_DQ, &a->dq, eq, r->dq, r->tq, r->sq, eps);
+    compare_grad("dk", T_DK, &a->dk, ek, r->dk, r->tk, r->sk, eps);
+    compare_grad("dv", T_DV, &a->dv, ev, r->dv, r->tv, r->sv, eps);
+    if (a->dbias.data)
+        compare_grad("dbias", T_DBIAS, &a->dbias, r->dbias_shape, r->dbias,
+                     r->tb, r->sb, eps);
     for (int64_t h = 0; a->dsinks && h < g.Hq; h++)
         fz_check_close("dsinks", a->dsinks[h], r->dsinks[h], r->ts[h],
                        DBL_EPSILON, 1, 0, h, 0, 0);

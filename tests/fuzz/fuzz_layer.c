@@ -550,3 +550,28 @@ void fz_layer_decode(fz_layer_call *c, int backward)
     *e |= fz_pack_struct(fz(L_STRUCT), a, sizeof *a, MHA_ARGS_V1, NULL, 0,
                          c->box.bytes, sizeof c->box.bytes, &seen);
 }
+
+int fz_layer_expect_values(const fz_layer_call *c, const fz_layer_ref *r,
+                           fz_sset *expect)
+{
+    *expect |= FZ_BIT(SDPA_OK);
+    const int check_vals =
+        !c->special &&
+        r->att.logit_absmax + r->att.alibi_absmax + r->att.sink_absmax <= 1e3;
+    if (!check_vals)
+        *expect |= FZ_BIT(SDPA_ERR_NONFINITE);
+    return check_vals;
+}
+
+int fz_layer_oom(const fz_layer_call *c, int have_ref, fz_sset errs_all,
+                 fz_sset *expect)
+{
+    unsigned oomv = fz(L_OOM);
+    if (oomv % 16 != 15)
+        return 0;
+    fz_as.fail_at = fz_as.allocs + (long)((oomv >> 4) % 4);
+    if ((*expect & (FZ_BIT(SDPA_OK) | FZ_BIT(SDPA_ERR_NONFINITE))) ||
+        (have_ref && !c->special) || (errs_all & ~c->errs_attn) == 0)
+        *expect |= FZ_BIT(SDPA_ERR_OUT_OF_MEMORY);
+    return 1;
+}

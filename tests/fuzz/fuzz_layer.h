@@ -100,6 +100,18 @@ void fz_layer_decode(fz_layer_call *c, int backward);
 int64_t fz_layer_pos(const fz_layer_call *c, int kv, int64_t b, int64_t t);
 void fz_layer_describe(const fz_layer_call *c);
 
+/* After the reference r of a valid call: OK is expected, with the values
+ * checked (returns 1) unless a NaN was injected or the logits may
+ * overflow, when NONFINITE is expected too (returns 0). */
+struct fz_layer_ref;
+int fz_layer_expect_values(const fz_layer_call *c, const struct fz_layer_ref *r,
+                           fz_sset *expect);
+/* The allocation refused at field L_OOM's choice (returns 1; 0: none), and
+ * OUT_OF_MEMORY expected where the call reaches it: the layer reserves
+ * its scratch before the attention validates its options and rows. */
+int fz_layer_oom(const fz_layer_call *c, int have_ref, fz_sset errs_all,
+                 fz_sset *expect);
+
 /* ------------------------------------------------------------------------ */
 /* The reference (fuzz_layer_ref.c).                                         */
 /* ------------------------------------------------------------------------ */

@@ -205,25 +205,10 @@ static void run(void)
         if (r.att.any_empty && !fz_opt.empty_zero) {
             expect |= FZ_BIT(SDPA_ERR_FULLY_MASKED_ROW);
         } else {
-            expect |= FZ_BIT(SDPA_OK);
-            check_vals =
-                !c->special &&
-                r.att.logit_absmax + r.att.alibi_absmax + r.att.sink_absmax <=
-                    1e3;
-            if (!check_vals)
-                expect |= FZ_BIT(SDPA_ERR_NONFINITE);
+            check_vals = fz_layer_expect_values(c, &r, &expect);
         }
     }
-    unsigned oomv = fz(L_OOM);
-    int oom = oomv % 16 == 15;
-    if (oom) {
-        /* the layer reserves its scratch before the attention validates
-         * its options and rows */
-        fz_as.fail_at = fz_as.allocs + (long)((oomv >> 4) % 4);
-        if ((expect & (FZ_BIT(SDPA_OK) | FZ_BIT(SDPA_ERR_NONFINITE))) ||
-            (have_ref && !c->special) || (errs_all & ~c->errs_attn) == 0)
-            expect |= FZ_BIT(SDPA_ERR_OUT_OF_MEMORY);
-    }
+    const int oom = fz_layer_oom(c, have_ref, errs_all, &expect);
     const sdpa_mha_backward_args *call = c->null_args ? NULL : &box.a;
     fz_snapshot();
     long allocs = fz_alloc_count();
