@@ -907,8 +907,7 @@ static void test_finite_differences(void **state)
     fd_case(&c);
     inst s;
     inst_make(&s, &c);
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     set_common(ctx, &c);
     /* the analytic gradients at the point */
     (void)fd_loss(ctx, &s);
@@ -995,8 +994,7 @@ static void threads_case(cfg *c, uint64_t seed, int dtype, int variant)
 static void test_threads_bitwise(void **state)
 {
     (void)state;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     for (int dtype = SDPA_FLOAT32; dtype <= SDPA_FLOAT64; ++dtype)
         for (int variant = 0; variant < 6; ++variant) {
             cfg c;
@@ -1119,8 +1117,7 @@ static void test_errors(void **state)
     c.kv_bcast = 0;
     inst s;
     inst_make(&s, &c);
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     set_common(ctx, &c);
     assert_int_equal(sdpa_forward(ctx, &s.fa), SDPA_OK);
     reset_grads(&s);

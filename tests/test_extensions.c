@@ -234,8 +234,7 @@ static case_result run_case(const char *name, prob *p, const case_opts *o)
     const tol t = tolerance(p, &ref_args, &r);
     cr.expect_error = r.any_empty && !o->empty_zero;
 
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     tp_set_empty_rows(ctx, o->empty_zero);
     tp_set(ctx, SDPA_OPT_BLOCK_K, o->block_k);
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
@@ -538,8 +537,7 @@ static void test_validation(void **state)
         {"logits on the weights", SDPA_ERR_OVERLAP},
     };
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     long failures = 0;
     for (int c = 0; c < ncases; ++c) {
         sdpa_forward_args a = p.a;
@@ -1105,8 +1103,7 @@ static void test_logits_hand(void **state)
             const tol t = tolerance(&p, &p.a, &r);
             ref_free(&r);
             /* The library against the hand values, element by element. */
-            sdpa_ctx *ctx = NULL;
-            assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+            sdpa_ctx *ctx = tp_ctx(0);
             for (int ki = 0; ki < TEST_KERNELS; ++ki) {
                 if (!tp_use_kernel(ctx, ki))
                     continue;
@@ -1170,8 +1167,7 @@ static void test_logits_forced_paths(void **state)
     prob_make(&p, dt, 60, 1, 2, 1, 1, 10, 4, 4);
     tp_sinks(&p, (const double[]){0.5, 1});
     tp_outputs(&p, 0, 1, SDPA_LOGITS_CAPPED);
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     long failures = 0;
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
         if (!tp_use_kernel(ctx, ki))
@@ -1236,8 +1232,7 @@ static void test_struct_size_624(void **state)
     sdpa_forward_args a = p.a;
     a.struct_size = 624;
     memcpy(block, &a, 624);
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     tp_clear_outputs(&p);
     int st = sdpa_forward(ctx, (const sdpa_forward_args *)(void *)block);
     if (st != SDPA_OK)

@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "reference.h"
+#include "checks.h"
 #include "sdpa.h"
 #include "problem.h"
 #include "testutil.h"
@@ -278,8 +279,7 @@ static void run_all(step *s, const sdpa_forward_args *a, const ref_result *r,
                     const char *what)
 {
     const tol t = tolerance(s->dtype, r);
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     int failures = 0, runs = 0;
     for (int ki = 0; ki < TEST_KERNELS; ++ki) {
         int ks = sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]);
@@ -349,8 +349,7 @@ static void test_past_key_causal(void **state)
 
     /* Anchoring matters: the first new token of an item with a past sees
      * past + 1 keys, not 1, so TOP_LEFT gives another output. */
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     assert_int_equal(sdpa_forward(ctx, &a), SDPA_OK);
     tbuf br;
     tbuf_make(&br, dtype, NB, HQ, SQ, DV, LAYOUT_BHTD, 0);
@@ -471,8 +470,7 @@ static void test_short_mask_causal(void **state)
      * forbids key M - 1 (allowed by ONNX) for token 0 of every item. */
     int64_t lens_m[NB] = {MLEN, MLEN, MLEN, MLEN};
     a.kv_lens = lens_m;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     assert_int_equal(sdpa_forward(ctx, &a), SDPA_OK);
     const tol t = tolerance(dtype, &ref);
     assert_true(compare(&s, &ref, &t, NULL) > 0);

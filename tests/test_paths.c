@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdbool.h>
 
+#include "checks.h"
 #include "reference.h"
 #include "problem.h"
 #include "testutil.h"
@@ -147,8 +148,7 @@ static void run_scenario(const scenario *sc)
     ref_result ref;
     assert_int_equal(ref_forward(&b.args, &ref), 0);
 
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     assert_int_equal(
         sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
         SDPA_OK);
@@ -341,8 +341,7 @@ static void test_tiled_workspace_independent_of_keys(void **state)
         sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
         a.dtype = SDPA_FLOAT32;
         tp_views(&a, &q, &k, &v, NULL, NULL, &out, NULL, NULL, NULL);
-        sdpa_ctx *ctx = NULL;
-        assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+        sdpa_ctx *ctx = tp_ctx(0);
         assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_TILED),
                          SDPA_OK);
         assert_int_equal(sdpa_forward_workspace(ctx, &a, &bytes[c]), SDPA_OK);

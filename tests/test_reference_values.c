@@ -132,8 +132,7 @@ static void forward_ok(sdpa_ctx *ctx, const sdpa_forward_args *a)
 static void test_two_token(void **state)
 {
     int dtype = *(int *)*state;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     two_token t;
     two_token_init(&t, dtype);
     forward_ok(ctx, &t.a);
@@ -154,8 +153,7 @@ static void test_two_token(void **state)
 static void test_two_token_mask(void **state)
 {
     int dtype = *(int *)*state;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     two_token t;
     two_token_init(&t, dtype);
     static const double M[] = {0, 1, 0, 0};
@@ -183,8 +181,7 @@ static void test_two_token_mask(void **state)
 static void test_two_token_causal(void **state)
 {
     int dtype = *(int *)*state;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     two_token t;
     two_token_init(&t, dtype);
     t.a.causal = SDPA_CAUSAL_TOP_LEFT;
@@ -222,8 +219,7 @@ static void masked_softmax_case(int dtype, forbid_via via)
     const double B[] = {0, 0, -INFINITY, 0, 0, 0};
     static const double M[] = {0, 0, 1, 0, 0, 0};
 
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     tbuf q = mk(dtype, via == VIA_BIAS_SCORES ? Z : Q, 1, 1, 2, 2);
     tbuf k = mk(dtype, K, 1, 1, 3, 2);
     tbuf v = mk(dtype, V, 1, 1, 3, 3);
@@ -270,8 +266,7 @@ static void test_masked_softmax_bias_scores(void **state)
 static void test_post_softmax_pitfall(void **state)
 {
     int dtype = *(int *)*state;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     two_token t;
     two_token_init(&t, dtype);
     forward_ok(ctx, &t.a);
@@ -312,8 +307,7 @@ static void fm_init(fm *f, int dtype)
 static void test_fully_masked_row_error(void **state)
 {
     int dtype = *(int *)*state;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     fm f;
     fm_init(&f, dtype);
     fill_sentinel(f.out.mem, f.out.elems * f.out.esize);
@@ -341,8 +335,7 @@ static void test_fully_masked_row_error(void **state)
 static void test_fully_masked_row_zero(void **state)
 {
     int dtype = *(int *)*state;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     assert_int_equal(
         sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
         SDPA_OK);

@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checks.h"
 #include "reference.h"
 #include "half_codec.h"
 #include "testutil.h"
@@ -171,8 +172,7 @@ static sdpa_forward_args problem_args(problem *p)
 
 static sdpa_ctx *make_ctx(int kernel, int path, int threads)
 {
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     if (sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, kernel) != SDPA_OK) {
         sdpa_ctx_destroy(ctx);
         return NULL; /* the CPU lacks it */
@@ -330,8 +330,7 @@ static void test_half_output_overflow(void **state)
     uint16_t q = half_bits(1.0, SDPA_FLOAT16), k = q;
     uint16_t v = half_bits(65504.0, SDPA_FLOAT16), out = 0x1234;
     float v32 = 65520.0f, out32 = 0;
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
     a.dtype = SDPA_FLOAT16;
     const sdpa_tensor one = {NULL, {1, 1, 1, 1}, {1, 1, 1, 1}};
@@ -791,8 +790,7 @@ static void test_refusals(void **state)
     problem p = {
         .n = 2, .hq = 2, .hkv = 1, .tq = 1, .tk = 10, .dk = 8, .dv = 8};
     problem_make(&p, 51);
-    sdpa_ctx *ctx = NULL;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     sdpa_forward_args a = problem_args(&p);
     a.kv_dtype = 7;
     expect_refusal(ctx, &a, SDPA_ERR_BAD_DTYPE, "kv_dtype 7", &p);
