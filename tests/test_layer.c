@@ -36,6 +36,7 @@
 
 #include "checks.h"
 #include "sdpa.h"
+#include "problem.h"
 #include "testutil.h"
 
 static const char *dt_name(int dtype)
@@ -249,11 +250,6 @@ typedef struct ref_layer {
     long double tol_p; /* per weight */
 } ref_layer;
 
-static long double freq(long double base, int64_t r, int64_t d)
-{
-    return powl(base, -(long double)(2 * r) / (long double)d);
-}
-
 /* rows [n, t, width] = (x + PE) W + b, and their largest Σ|terms|. */
 static long double *project(const layer_case *c, const tbuf *x, int64_t t,
                             const int64_t *pos, const void *w, const void *bias,
@@ -271,7 +267,7 @@ static long double *project(const layer_case *c, const tbuf *x, int64_t t,
             for (int64_t k = 0; k < c->e; k++) {
                 row[k] = (long double)tget(x, b, 0, i, k);
                 if (c->positions == SDPA_POS_SINUSOIDAL) {
-                    long double a = p * freq(base, k / 2, c->e);
+                    long double a = p * tp_freq(base, k / 2, c->e);
                     row[k] += k % 2 ? cosl(a) : sinl(a);
                 }
             }
@@ -304,7 +300,7 @@ static void rope(const layer_case *c, long double *m, int64_t t,
             for (int64_t h = 0; h < heads; h++) {
                 long double *x = m + (b * t + i) * heads * d + h * d;
                 for (int64_t r = 0; r < d / 2; r++) {
-                    long double a = p * freq(base, r, d);
+                    long double a = p * tp_freq(base, r, d);
                     int64_t u = c->positions == SDPA_POS_ROPE_HALF ? r : 2 * r;
                     int64_t v = c->positions == SDPA_POS_ROPE_HALF ? r + d / 2
                                                                    : 2 * r + 1;

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "sdpa.h"
+#include "problem.h"
 #include "testutil.h"
 
 /* The parameters, one flat vector θ in segments. */
@@ -106,11 +107,6 @@ static void case_free(bcase *c)
 
 /* ---- The long-double reference loss. ---------------------------------- */
 
-static long double freq(int64_t r, int64_t d)
-{
-    return powl(10000.0L, -(long double)(2 * r) / (long double)d);
-}
-
 /* out [n, t, width] = (x + PE) W (+ b). */
 static void ld_project(const bcase *c, const long double *x, int64_t t,
                        const long double *w, const long double *bias,
@@ -125,7 +121,7 @@ static void ld_project(const bcase *c, const long double *x, int64_t t,
                 for (int64_t k = 0; k < c->e; k++) {
                     long double xk = row[k];
                     if (c->positions == SDPA_POS_SINUSOIDAL) {
-                        long double a = p * freq(k / 2, c->e);
+                        long double a = p * tp_freq(10000.0L, k / 2, c->e);
                         xk += k % 2 ? cosl(a) : sinl(a);
                     }
                     s += xk * w[k * width + j];
@@ -144,7 +140,7 @@ static void ld_rope(const bcase *c, long double *m, int64_t t, int64_t heads)
                 long double *x = m + (b * t + i) * heads * d + h * d;
                 long double p = (long double)(c->offset + i);
                 for (int64_t r = 0; r < d / 2; r++) {
-                    long double a = p * freq(r, d);
+                    long double a = p * tp_freq(10000.0L, r, d);
                     bool half = c->positions == SDPA_POS_ROPE_HALF;
                     int64_t u = half ? r : 2 * r, v = half ? r + d / 2 : u + 1;
                     long double xu = x[u], xv = x[v];

@@ -33,6 +33,7 @@
 
 #include "checks.h"
 #include "sdpa.h"
+#include "problem.h"
 #include "testutil.h"
 
 static const char *dt_name(int dtype)
@@ -54,11 +55,6 @@ static long double position_bound(int dtype, long double p)
 /* The largest error of a rotated component relative to its pair's norm
  * that check_rope has seen. */
 static long double g_worst_relative;
-
-static long double frequency(long double base, int64_t r, int64_t d)
-{
-    return powl(base, -(long double)(2 * r) / (long double)d);
-}
 
 /* ---- The sinusoidal table. -------------------------------------------- */
 
@@ -88,7 +84,7 @@ static void test_sinusoidal_closed_form(void **state)
                 for (int64_t t = 0; t < tokens; t++) {
                     const long double pos = (long double)(offsets[oi] + t);
                     for (int64_t c = 0; c < d; c++) {
-                        long double angle = pos * frequency(base, c / 2, d);
+                        long double angle = pos * tp_freq(base, c / 2, d);
                         long double want = c % 2 ? cosl(angle) : sinl(angle);
                         long double got =
                             dtype == SDPA_FLOAT32
@@ -199,7 +195,7 @@ static void rope_reference(long double *row, int64_t d, int64_t rd, int style,
                            long double base, long double p)
 {
     for (int64_t r = 0; r < rd / 2; r++) {
-        long double angle = p * frequency(base, r, rd);
+        long double angle = p * tp_freq(base, r, rd);
         int64_t a = style == SDPA_ROPE_HALF ? r : 2 * r;
         int64_t b = style == SDPA_ROPE_HALF ? r + rd / 2 : 2 * r + 1;
         long double xa = row[a], xb = row[b];
