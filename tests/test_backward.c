@@ -1008,9 +1008,7 @@ static void test_threads_bitwise(void **state)
             tbuf *g[4] = {&s.dq, &s.dk, &s.dv, &s.dbias};
             double sinks1[MAX_H];
             for (int threads = 1; threads <= 3; ++threads) {
-                assert_int_equal(
-                    sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
-                    SDPA_OK);
+                tp_set(ctx, SDPA_OPT_NUM_THREADS, threads);
                 reset_grads(&s);
                 assert_int_equal(sdpa_backward(ctx, &s.ba), SDPA_OK);
                 for (int x = 0; x < 4; ++x) {
@@ -1038,9 +1036,7 @@ static void test_threads_bitwise(void **state)
                 tset(&s.lse, 0, 0, 33, 0, NAN);
                 char once[256] = "";
                 for (int threads = 1; threads <= 3; ++threads) {
-                    assert_int_equal(
-                        sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
-                        SDPA_OK);
+                    tp_set(ctx, SDPA_OPT_NUM_THREADS, threads);
                     assert_int_equal(sdpa_backward(ctx, &s.ba),
                                      SDPA_ERR_NONFINITE);
                     if (threads == 1)
@@ -1183,29 +1179,18 @@ static void test_errors(void **state)
     }
     {
         /* a tail this library does not know, not zero */
-        struct {
-            sdpa_backward_args args;
-            uint64_t tail;
-        } grown;
-        memset(&grown, 0, sizeof grown);
-        grown.args = ok;
-        grown.args.struct_size = sizeof grown;
-        grown.tail = 1;
+        TP_GROWN(sdpa_backward_args, grown, ok);
         expect_error(ctx, &s, &grown.args, SDPA_ERR_STRUCT_TAIL, "tail");
         grown.tail = 0;
         reset_grads(&s);
         assert_int_equal(sdpa_backward(ctx, &grown.args), SDPA_OK);
     }
     /* an empty row under the error policy */
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ERROR),
-        SDPA_OK);
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ERROR);
     CASE(SDPA_ERR_FULLY_MASKED_ROW, "empty row",
          (a.kv_lens = (const int64_t[3]){0, 2, 3}, a.sinks = NULL,
           a.dsinks = NULL));
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-        SDPA_OK);
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
 #undef CASE
     /* A NaN lse is found during the computation. */
     tset(&s.lse, 1, 2, 36, 0, NAN);

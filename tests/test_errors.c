@@ -1020,8 +1020,7 @@ static void test_out_of_memory(void **state)
     ca_reset(&ca, -1);
     assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al), SDPA_OK);
     ca.fail_after = ca.allocs;
-    assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED),
-                     SDPA_OK);
+    tp_set(c, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED);
     /* A shape whose materialised scores need scratch (Tq x Tk per slice). */
     tbuf q, k, v, o;
     const int dt = f->dtype;
@@ -1104,11 +1103,8 @@ static void test_out_of_memory_every_allocation(void **state)
                 sdpa_ctx *c = NULL;
                 assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
                                  SDPA_OK);
-                assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_PATH, path),
-                                 SDPA_OK);
-                assert_int_equal(
-                    sdpa_ctx_set_int(c, SDPA_OPT_NUM_THREADS, threads),
-                    SDPA_OK);
+                tp_set(c, SDPA_OPT_PATH, path);
+                tp_set(c, SDPA_OPT_NUM_THREADS, threads);
                 if (grow)
                     assert_int_equal(sdpa_forward(c, &small.a), SDPA_OK);
                 long before = ca.allocs;
@@ -1122,11 +1118,8 @@ static void test_out_of_memory_every_allocation(void **state)
                     al = ca_start(&ca, -1);
                     assert_int_equal(sdpa_ctx_create_with_allocator(&c, &al),
                                      SDPA_OK);
-                    assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_PATH, path),
-                                     SDPA_OK);
-                    assert_int_equal(
-                        sdpa_ctx_set_int(c, SDPA_OPT_NUM_THREADS, threads),
-                        SDPA_OK);
+                    tp_set(c, SDPA_OPT_PATH, path);
+                    tp_set(c, SDPA_OPT_NUM_THREADS, threads);
                     if (grow)
                         assert_int_equal(sdpa_forward(c, &small.a), SDPA_OK);
                     ca.fail_at = ca.allocs + ca.failures + k;
@@ -1228,8 +1221,7 @@ static void test_kernel_environment(void **state)
     assert_int_equal(sdpa_ctx_create(&c), SDPA_OK);
     assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
     assert_int_equal(v, SDPA_KERNEL_PORTABLE);
-    assert_int_equal(sdpa_ctx_set_int(c, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO),
-                     SDPA_OK);
+    tp_set(c, SDPA_OPT_KERNEL, SDPA_KERNEL_AUTO);
     int64_t best = -1;
     assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &best), SDPA_OK);
     sdpa_ctx_destroy(c);
@@ -1272,9 +1264,7 @@ static void test_kernel_environment(void **state)
         assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
         assert_int_equal(v, kernel);
         /* The API option wins over the environment. */
-        assert_int_equal(
-            sdpa_ctx_set_int(c, SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE),
-            SDPA_OK);
+        tp_set(c, SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE);
         assert_int_equal(sdpa_ctx_get_int(c, SDPA_OPT_KERNEL, &v), SDPA_OK);
         assert_int_equal(v, SDPA_KERNEL_PORTABLE);
         sdpa_ctx_destroy(c);

@@ -455,11 +455,8 @@ static void test_random(void **state)
 {
     const int dtype = **(int **)state;
     rng r = {2024 + (uint64_t)dtype};
-    sdpa_ctx *ctx;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-        SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
     long double worst_y = 0, worst_p = 0;
     int counts[4] = {0, 0, 0, 0}, cross = 0, gqa = 0;
     for (int iter = 0; iter < 300; iter++) {
@@ -468,8 +465,7 @@ static void test_random(void **state)
         counts[c.positions]++;
         cross += !c.self;
         gqa += c.hkv < c.hq;
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, c.threads),
-                         SDPA_OK);
+        tp_set(ctx, SDPA_OPT_NUM_THREADS, c.threads);
         sdpa_forward_args attn;
         sdpa_mha_args a = case_args(&c, &attn);
         /* inputs, and y's memory outside its view, before the call */
@@ -558,11 +554,8 @@ static void test_in_place(void **state)
         while ((c.positions != pos || !c.self || c.want_weights ||
                 c.layout_x != c.layout_y) &&
                (case_free(&c), 1));
-        sdpa_ctx *ctx;
-        assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
-        assert_int_equal(
-            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-            SDPA_OK);
+        sdpa_ctx *ctx = tp_ctx(0);
+        tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
         sdpa_forward_args attn;
         sdpa_mha_args a = case_args(&c, &attn);
         assert_int_equal(sdpa_mha_forward(ctx, &a), SDPA_OK);
@@ -592,11 +585,8 @@ static void test_zero_allocations(void **state)
         sdpa_allocator al = ca_start(&ca, -1);
         sdpa_ctx *ctx;
         assert_int_equal(sdpa_ctx_create_with_allocator(&ctx, &al), SDPA_OK);
-        assert_int_equal(
-            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-            SDPA_OK);
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, c.threads),
-                         SDPA_OK);
+        tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
+        tp_set(ctx, SDPA_OPT_NUM_THREADS, c.threads);
         sdpa_forward_args attn;
         sdpa_mha_args a = case_args(&c, &attn);
         assert_int_equal(sdpa_mha_forward(ctx, &a), SDPA_OK);
@@ -719,14 +709,7 @@ static void test_errors(void **state)
     EXPECT(SDPA_ERR_BAD_KV_LEN, (a.attn = &attn, attn.kv_lens = lens));
     attn = (sdpa_forward_args)SDPA_FORWARD_ARGS_INIT;
     /* a struct_size beyond this library's with a non-zero tail */
-    struct {
-        sdpa_mha_args args;
-        uint64_t tail;
-    } grown;
-    memset(&grown, 0, sizeof grown);
-    grown.args = good;
-    grown.args.struct_size = sizeof grown;
-    grown.tail = 1;
+    TP_GROWN(sdpa_mha_args, grown, good);
     expect_error(ctx, &grown.args, &c, SDPA_ERR_STRUCT_TAIL, "tail");
     grown.tail = 0; /* a zero tail is fine */
     assert_int_equal(sdpa_mha_forward(ctx, &grown.args), SDPA_OK);

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checks.h"
 #include "sdpa.h"
 #include "problem.h"
 #include "testutil.h"
@@ -428,11 +429,8 @@ static void check_padding(const tbuf *x)
 
 static sdpa_ctx *new_ctx(void)
 {
-    sdpa_ctx *ctx;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-        SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
     return ctx;
 }
 
@@ -566,8 +564,7 @@ static void check_case(bcase *c, bool with_lib_fd)
                 continue;
             }
             if (only == 9)
-                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, 2),
-                                 SDPA_OK);
+                tp_set(ctx, SDPA_OPT_NUM_THREADS, 2);
             run_backward(ctx, &M);
             if (only == 0)
                 assert_memory_equal(M.dx_q.mem, L.dx_q.mem, M.dx_q.elems * es);
@@ -756,8 +753,7 @@ static void test_errors(void **state)
         case_fill(&c, &r);
         lib_call L;
         call_make(&L, &c, dt);
-        sdpa_ctx *ctx;
-        assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+        sdpa_ctx *ctx = tp_ctx(0);
         assert_int_equal(sdpa_mha_backward(NULL, &L.bwd),
                          SDPA_ERR_NULL_POINTER);
         expect_error(ctx, &L, NULL, SDPA_ERR_NULL_POINTER, "args NULL");

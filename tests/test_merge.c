@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checks.h"
 #include "reference.h"
 #include "sdpa.h"
 #include "problem.h"
@@ -143,8 +144,7 @@ static void compare_with_reference(const problem *p, const ref_result *r,
 
 static void run_recipe(int dtype, uint64_t seed, int count)
 {
-    sdpa_ctx *ctx;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     rng r = {seed};
     for (int c = 0; c < count; c++) {
         problem p;
@@ -153,9 +153,7 @@ static void run_recipe(int dtype, uint64_t seed, int count)
         ref_result ref;
         assert_int_equal(ref_forward(&a, &ref), 0);
         for (int64_t chunk = 1; chunk <= p.tk; chunk++) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
-                                              SDPA_EMPTY_ROWS_ERROR),
-                             SDPA_OK);
+            tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ERROR);
             int status = forward_in_chunks(ctx, &a, chunk);
             if (ref.any_empty) {
                 /* The merge applies the default policy to the whole row. */
@@ -168,9 +166,7 @@ static void run_recipe(int dtype, uint64_t seed, int count)
                 if (!strstr(sdpa_ctx_last_error(ctx), want))
                     fail_msg("message '%s' lacks '%s'",
                              sdpa_ctx_last_error(ctx), want);
-                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS,
-                                                  SDPA_EMPTY_ROWS_ZERO),
-                                 SDPA_OK);
+                tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
                 status = forward_in_chunks(ctx, &a, chunk);
             }
             if (status != SDPA_OK)
@@ -292,8 +288,7 @@ static void check_identity(parts *s)
 static void test_identity_and_empty_partials(void **state)
 {
     (void)state;
-    sdpa_ctx *ctx;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     for (int dt = SDPA_FLOAT32; dt <= SDPA_FLOAT64; dt++) {
         parts s;
         parts_make(&s, dt, 77 + (uint64_t)dt);
@@ -321,15 +316,11 @@ static void test_identity_and_empty_partials(void **state)
         assert_int_equal(first_non_sentinel(s.out.mem, ob), -1);
         assert_int_equal(first_non_sentinel(s.lse.mem, lb), -1);
         /* Zero rows: zeros and -inf there, the identity elsewhere. */
-        assert_int_equal(
-            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-            SDPA_OK);
+        tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
         assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
         assert_string_equal(sdpa_ctx_last_error(ctx), "");
         check_identity(&s);
-        assert_int_equal(
-            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ERROR),
-            SDPA_OK);
+        tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ERROR);
         parts_free(&s);
     }
     sdpa_ctx_destroy(ctx);
@@ -338,8 +329,7 @@ static void test_identity_and_empty_partials(void **state)
 static void test_bitwise(void **state)
 {
     (void)state;
-    sdpa_ctx *ctx;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     for (int dt = SDPA_FLOAT32; dt <= SDPA_FLOAT64; dt++) {
         parts s;
         parts_make(&s, dt, 91 + (uint64_t)dt);
@@ -414,8 +404,7 @@ static void expect_error(sdpa_ctx *ctx, parts *s, const sdpa_merge_args *m,
 static void test_errors(void **state)
 {
     (void)state;
-    sdpa_ctx *ctx;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     assert_int_equal(sdpa_merge(NULL, NULL), SDPA_ERR_NULL_POINTER);
     assert_int_equal(sdpa_merge(ctx, NULL), SDPA_ERR_NULL_POINTER);
     parts s;
@@ -512,8 +501,7 @@ static void test_errors(void **state)
 static void test_struct_size(void **state)
 {
     (void)state;
-    sdpa_ctx *ctx;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     parts s;
     parts_make(&s, SDPA_FLOAT64, 6);
     struct {

@@ -149,9 +149,7 @@ static void run_scenario(const scenario *sc)
     assert_int_equal(ref_forward(&b.args, &ref), 0);
 
     sdpa_ctx *ctx = tp_ctx(0);
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-        SDPA_OK);
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
     const int paths[] = {SDPA_PATH_MATERIALISED, SDPA_PATH_TILED,
                          SDPA_PATH_DECODE};
     const int64_t blocks[][2] = {{0, 0}, {3, 5}, {7, 4}, {1, 1}, {64, 16}};
@@ -161,17 +159,10 @@ static void run_scenario(const scenario *sc)
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++)
         for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
             for (int threads = 1; threads <= 3; threads++) {
-                assert_int_equal(
-                    sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, paths[pi]), SDPA_OK);
-                assert_int_equal(
-                    sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_Q, blocks[bi][0]),
-                    SDPA_OK);
-                assert_int_equal(
-                    sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, blocks[bi][1]),
-                    SDPA_OK);
-                assert_int_equal(
-                    sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
-                    SDPA_OK);
+                tp_set(ctx, SDPA_OPT_PATH, paths[pi]);
+                tp_set(ctx, SDPA_OPT_BLOCK_Q, blocks[bi][0]);
+                tp_set(ctx, SDPA_OPT_BLOCK_K, blocks[bi][1]);
+                tp_set(ctx, SDPA_OPT_NUM_THREADS, threads);
                 int status = sdpa_forward(ctx, &b.args);
                 char where[96];
                 snprintf(where, sizeof where,
@@ -342,8 +333,7 @@ static void test_tiled_workspace_independent_of_keys(void **state)
         a.dtype = SDPA_FLOAT32;
         tp_views(&a, &q, &k, &v, NULL, NULL, &out, NULL, NULL, NULL);
         sdpa_ctx *ctx = tp_ctx(0);
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_TILED),
-                         SDPA_OK);
+        tp_set(ctx, SDPA_OPT_PATH, SDPA_PATH_TILED);
         assert_int_equal(sdpa_forward_workspace(ctx, &a, &bytes[c]), SDPA_OK);
         sdpa_ctx_destroy(ctx);
         tbuf_free_all((tbuf *[]){&q, &k, &v, &out, NULL});

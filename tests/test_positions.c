@@ -155,8 +155,7 @@ static void test_permutation_equivariance(void **state)
     rng r = {42};
     for (int i = 0; i < T * D; i++)
         x[i] = rng_sym(&r, 1.0);
-    sdpa_ctx *ctx;
-    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_ctx *ctx = tp_ctx(0);
     assert_int_equal(sdpa_sinusoidal_table(SDPA_FLOAT64, T, D, 0, 0, table),
                      SDPA_OK);
     for (int with_positions = 0; with_positions < 2; with_positions++) {

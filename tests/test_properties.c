@@ -271,8 +271,7 @@ static void test_permutation(void **state)
                                     SDPA_PATH_TILED, SDPA_PATH_DECODE};
         int ran = 0;
         for (int pi = 0; pi < 4; ++pi) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, paths[pi]),
-                             SDPA_OK);
+            tp_set(ctx, SDPA_OPT_PATH, paths[pi]);
             int sa = sdpa_forward(ctx, &a.a);
             int sb = sdpa_forward(ctx, &b.a);
             if (pi >= 2 && sa == SDPA_ERR_UNSUPPORTED) {
@@ -475,8 +474,7 @@ static void test_nan_behind_forbidden_keys(void **state)
         nan_ctx n = {&r};
         sdpa_ctx *ctx = tp_ctx(1);
         for (int64_t block_k = 0; block_k <= 8; block_k += 8) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, block_k),
-                             SDPA_OK);
+            tp_set(ctx, SDPA_OPT_BLOCK_K, block_k);
             assert_true(for_each_pair(ctx, &p, check_out_close, &n) >= 4);
         }
         sdpa_ctx_destroy(ctx);
@@ -519,10 +517,8 @@ static void test_diagnostics(void **state)
                 continue;
             for (int path = SDPA_PATH_MATERIALISED; path <= SDPA_PATH_DECODE;
                  ++path) {
-                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
-                                 SDPA_OK);
-                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, 8),
-                                 SDPA_OK);
+                tp_set(ctx, SDPA_OPT_PATH, path);
+                tp_set(ctx, SDPA_OPT_BLOCK_K, 8);
                 assert_int_equal(sdpa_forward(ctx, &p.a), SDPA_OK);
                 ran++;
                 for (int64_t b = 0; b < 3; ++b)
@@ -613,7 +609,7 @@ static void test_contexts_in_parallel(void **state)
     size_t bo = p.out.elems * p.out.esize, bl = p.lse.elems * p.lse.esize;
     for (int path = SDPA_PATH_MATERIALISED; path <= SDPA_PATH_DECODE; ++path) {
         sdpa_ctx *ctx = tp_ctx(0);
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
+        tp_set(ctx, SDPA_OPT_PATH, path);
         assert_int_equal(sdpa_forward(ctx, &p.a), SDPA_OK);
         sdpa_ctx_destroy(ctx);
         parallel_job jobs[4];
@@ -656,8 +652,7 @@ static void test_threads_bitwise(void **state)
         if (sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, test_kernels[ki]) != SDPA_OK)
             continue;
         for (int path = SDPA_PATH_AUTO; path <= SDPA_PATH_DECODE; ++path) {
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path),
-                             SDPA_OK);
+            tp_set(ctx, SDPA_OPT_PATH, path);
             int supported = 1;
             for (int th = 1; th <= 3 && supported; ++th) {
                 if (sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, th) !=
@@ -688,8 +683,7 @@ static void test_threads_bitwise(void **state)
                     compared++;
                 }
             }
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, 1),
-                             SDPA_OK);
+            tp_set(ctx, SDPA_OPT_NUM_THREADS, 1);
         }
     }
     if (compared == 0)
@@ -719,10 +713,8 @@ static void test_kernels_agree(void **state)
     double *oa = malloc(no * sizeof(double)), *wa = malloc(nw * sizeof(double)),
            *la = malloc(nl * sizeof(double));
     assert_true(op && wp && lp && oa && wa && la);
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED), SDPA_OK);
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE), SDPA_OK);
+    tp_set(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED);
+    tp_set(ctx, SDPA_OPT_KERNEL, SDPA_KERNEL_PORTABLE);
     assert_int_equal(sdpa_forward(ctx, &p.a), SDPA_OK);
     snapshot(&p, op, wp, lp);
     int compared = 0;
@@ -781,9 +773,8 @@ static void alloc_case(int dtype, int path, int threads)
     assert_non_null(ctx);
     /* The context itself goes through the allocator. */
     assert_true(ca.allocs >= 1);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
-                     SDPA_OK);
+    tp_set(ctx, SDPA_OPT_PATH, path);
+    tp_set(ctx, SDPA_OPT_NUM_THREADS, threads);
     prob big, small;
     prob_opts o = {1, 1, 0, SDPA_CAUSAL_NONE, 0, 0, 1};
     prob_make(&big, dtype, 5, 2, 4, 2, 40, 90, 16, 16, &o, NULL);
@@ -872,12 +863,9 @@ static void test_no_alloc_random_sequences(void **state)
         sdpa_allocator al = ca_start(&ca, -1);
         sdpa_ctx *ctx = NULL;
         assert_int_equal(sdpa_ctx_create_with_allocator(&ctx, &al), SDPA_OK);
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
-        assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
-                         SDPA_OK);
-        assert_int_equal(
-            sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-            SDPA_OK);
+        tp_set(ctx, SDPA_OPT_PATH, path);
+        tp_set(ctx, SDPA_OPT_NUM_THREADS, threads);
+        tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
         prob big;
         prob_make(&big, dtype, (uint64_t)seq, n, group * hkv, hkv, tq, tk, dk,
                   dv, &o, NULL);
@@ -920,8 +908,7 @@ static void test_workspace(void **state)
     sdpa_allocator al = ca_start(&ca, -1);
     sdpa_ctx *ctx = NULL;
     assert_int_equal(sdpa_ctx_create_with_allocator(&ctx, &al), SDPA_OK);
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED), SDPA_OK);
+    tp_set(ctx, SDPA_OPT_PATH, SDPA_PATH_MATERIALISED);
     prob p;
     /* Causal only (no random mask): no row can be empty. */
     prob_opts o = {0, 0, 0, SDPA_CAUSAL_TOP_LEFT, 0, 0, 1};

@@ -336,9 +336,7 @@ static void test_fully_masked_row_zero(void **state)
 {
     int dtype = *(int *)*state;
     sdpa_ctx *ctx = tp_ctx(0);
-    assert_int_equal(
-        sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO),
-        SDPA_OK);
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
     fm f;
     fm_init(&f, dtype);
     fill_sentinel(f.out.mem, f.out.elems * f.out.esize);

@@ -177,9 +177,8 @@ static sdpa_ctx *make_ctx(int kernel, int path, int threads)
         sdpa_ctx_destroy(ctx);
         return NULL; /* the CPU lacks it */
     }
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
-    assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, threads),
-                     SDPA_OK);
+    tp_set(ctx, SDPA_OPT_PATH, path);
+    tp_set(ctx, SDPA_OPT_NUM_THREADS, threads);
     return ctx;
 }
 
@@ -636,9 +635,7 @@ static void test_caller_threads(void **state)
             assert_non_null(want);
             memcpy(want, p->out.mem, bytes);
             /* all cores */
-            assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS,
-                                              SDPA_NUM_THREADS_ALL),
-                             SDPA_OK);
+            tp_set(ctx, SDPA_OPT_NUM_THREADS, SDPA_NUM_THREADS_ALL);
             int64_t value = 0;
             assert_int_equal(
                 sdpa_ctx_get_int(ctx, SDPA_OPT_NUM_THREADS, &value), SDPA_OK);
@@ -724,8 +721,7 @@ static void test_paged_chunk_order(void **state)
                 sdpa_ctx *ctx = make_ctx(SDPA_KERNEL_AUTO, paths[path],
                                          runner == 0 ? 1 : runner + 1);
                 /* chunks of 16 keys: 7 per (batch, KV head) */
-                assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_BLOCK_K, 16),
-                                 SDPA_OK);
+                tp_set(ctx, SDPA_OPT_BLOCK_K, 16);
                 test_pool tp = {.workers = 3};
                 if (runner == 2)
                     assert_int_equal(sdpa_ctx_set_parallel_for(

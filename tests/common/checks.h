@@ -40,6 +40,20 @@ static inline void tp_use_path(sdpa_ctx *ctx, int path)
     assert_int_equal(sdpa_ctx_set_int(ctx, SDPA_OPT_PATH, path), SDPA_OK);
 }
 
+/* Declares `name`: a copy of the args struct `value` (of `type`, whose
+ * first field is struct_size) grown by a nonzero 8-byte tail, as a caller
+ * built against a later header passes it: the library must refuse it
+ * (SDPA_ERR_STRUCT_TAIL). The copy is name.args. */
+#define TP_GROWN(type, name, value)                                            \
+    struct {                                                                   \
+        type args;                                                             \
+        uint64_t tail;                                                         \
+    } name;                                                                    \
+    memset(&name, 0, sizeof name);                                             \
+    name.args = (value);                                                       \
+    name.args.struct_size = sizeof name;                                       \
+    name.tail = 1
+
 /* An option value the context must accept. */
 static inline void tp_set(sdpa_ctx *ctx, int option, int64_t value)
 {
