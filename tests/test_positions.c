@@ -6,7 +6,8 @@
  *  - the sinusoidal table against sin / cos of pos / base^(2r/d) (odd d,
  *    offsets, bases, more pairs than one chunk), and its first row
  *    (0, 1, 0, 1, ...) exactly;
- *  - the textbook's statement: attention without positions is
+ *  - the statement of the textbook unit "32.2 Scaled dot-product
+ *    attention" (docs/SEMANTICS.md, "Sources"): attention without positions is
  *    permutation-equivariant (permuting the tokens permutes the outputs,
  *    through sdpa_forward), and with the table added it is not;
  *  - RoPE in both styles against a direct long-double rotation (sinl,
