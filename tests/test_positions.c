@@ -14,7 +14,7 @@
  *    cosl), strided views (padding never touched), positions given or t,
  *    rotary_dim < D (the rest bitwise untouched), the pairs' norms kept,
  *    and RoPE's point: <rope(q, m), rope(k, n)> depends on m − n only;
- *  - positions up to 10^6 in float64 within the bound src/positions.c
+ *  - positions up to 10^6 in float64 within the bound src/layer/positions.c
  *    states, (2.5 |p| + 8) · 2^-53 · ‖pair‖ (the measured maximum is
  *    printed);
  *  - every error: its status, and nothing written.
@@ -43,7 +43,7 @@ static const char *dt_name(int dtype)
     return dtype == SDPA_FLOAT32 ? "float" : "double";
 }
 
-/* The bound src/positions.c states for an angle at position p (relative
+/* The bound src/layer/positions.c states for an angle at position p (relative
  * to the pair's norm, or absolute for the table's values), plus the
  * rounding to float in a float32 call. */
 static long double position_bound(int dtype, long double p)

@@ -14,9 +14,9 @@
  * query only validates and plans.
  *
  * AUTO's path is the forced path whose workspace equals AUTO's; when
- * several do, the rule of src/plan.c (docs/CONTEXTS.md states it) picks among
- * them: materialised when the weights are asked for, decode when a KV head
- * serves at most 16 query rows (Hq/Hkv · Tq), tiled otherwise.
+ * several do, the rule of src/forward/plan.c (docs/CONTEXTS.md states it) picks
+ * among them: materialised when the weights are asked for, decode when a KV
+ * head serves at most 16 query rows (Hq/Hkv · Tq), tiled otherwise.
  */
 #include "tool.h"
 
@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define MAX_EXTENT INT64_C(2147483647) /* the BLAS int */
-#define DECODE_MAX_ROWS 16             /* src/plan.c, docs/CONTEXTS.md */
+#define DECODE_MAX_ROWS 16 /* src/forward/plan.c, docs/CONTEXTS.md */
 
 void tool_usage_plan(FILE *f)
 {

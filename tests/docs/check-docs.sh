@@ -13,7 +13,7 @@
 #      comments, CMake and shell files, pages), a token that starts with a
 #      top-level folder (src/ include/ docs/ tests/ tools/ bench/ examples/
 #      mpi/ cmake/ pkgconfig/ .ci/) and ends with a file extension or a
-#      slash, e.g. src/plan.c, docs/ABI.md, tests/abi/, found from the top
+#      slash, e.g. src/forward/plan.c, docs/ABI.md, tests/abi/, found from the top
 #      or from the naming file's folder or one of its parents. Tokens that
 #      follow another path component or a shell variable
 #      (build/bench/sdpa-bench, ../tests/x.c, $src/cmake/libsdpa.map) are
