@@ -3,14 +3,16 @@
 #
 #   1. README.md has at most 300 lines: it is the short introduction, the
 #      manual is docs/ (docs/README.md indexes it).
-#   2. Every relative markdown link in README.md, CHANGELOG.md, docs/*.md,
-#      tests/fuzz/README.md and mpi/**/*.md points to a file that exists,
+#   2. Every relative markdown link in README.md, CHANGELOG.md, HACKING.md,
+#      docs/*.md, tests/fuzz/README.md, mpi/**/*.md and src/**/*.md points
+#      to a file that exists,
 #      and a #anchor to a heading of that markdown file (GitHub's rule:
 #      lower case, punctuation dropped, spaces to hyphens, -1, -2 ... for
 #      repeats). Links inside code blocks and code spans are not links.
 #   3. Every repository path that shipped text names exists: in README.md,
-#      docs/, include/, tools/, tests/, bench/, examples/ and mpi/ (sources,
-#      comments, CMake and shell files, pages), a token that starts with a
+#      HACKING.md, src/**/*.md, docs/, include/, tools/, tests/, bench/,
+#      examples/ and mpi/ (sources, comments, CMake and shell files, pages;
+#      the comments of src/ are not scanned), a token that starts with a
 #      top-level folder (src/ include/ docs/ tests/ tools/ bench/ examples/
 #      mpi/ cmake/ pkgconfig/ .ci/) and ends with a file extension or a
 #      slash, e.g. src/forward/plan.c, docs/ABI.md, tests/abi/, found from the top
@@ -102,10 +104,12 @@ md_anchors() {
     }' "$1"
 }
 
-md_files=(README.md CHANGELOG.md docs/*.md tests/fuzz/README.md)
+md_files=(README.md CHANGELOG.md)
+[ -f HACKING.md ] && md_files+=(HACKING.md)
+md_files+=(docs/*.md tests/fuzz/README.md)
 while IFS= read -r f; do
     md_files+=("$f")
-done < <(find mpi -name '*.md' -type f | sort)
+done < <(find mpi src -name '*.md' -type f | sort)
 
 for f in "${md_files[@]}"; do
     [ -f "$f" ] || continue
@@ -147,6 +151,8 @@ while IFS= read -r f; do
 done < <(
     {
         echo README.md
+        [ -f HACKING.md ] && echo HACKING.md
+        find src -name '*.md' -type f
         find docs include tools tests bench examples mpi -type f \
             \( -name '*.c' -o -name '*.h' -o -name '*.md' -o -name '*.1' \
             -o -name '*.txt' -o -name '*.cmake' -o -name '*.sh' \
