@@ -6,8 +6,8 @@
  *    kernels, decode with BLAS products) and every row kernel the CPU runs,
  *    with q/k/v/out in float16, bfloat16 and mixtures with float32 (bias
  *    in float32 or the half type), GQA, kv_lens, causal rows and sinks,
- *    against the long-double reference (tests/reference.c) run on the same
- *    values in float32. The inputs are multiples of 1/256 below 1 in
+ *    against the long-double reference (tests/common/reference.c) run on the
+ * same values in float32. The inputs are multiples of 1/256 below 1 in
  *    magnitude, exact in both half types, so "the widened inputs" are the
  *    float32 tensors themselves. Tolerance: the float32 one of
  *    tests/test_paths.c plus one rounding of out (2^-11 · |out| for

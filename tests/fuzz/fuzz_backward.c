@@ -16,8 +16,8 @@
  * forward's rules; the gradients' shapes, strides, NULL pointers and
  * overlaps), and a huge mode whose extents reach 2^62 at fake addresses
  * near the top of the address space (refused before anything is read).
- * out and lse are the long-double reference's (tests/reference.c), rounded
- * to the dtype, as the forward call would have written them.
+ * out and lse are the long-double reference's (tests/common/reference.c),
+ * rounded to the dtype, as the forward call would have written them.
  *
  * Checks: documented statuses, the ones the arguments call for (a fully
  * masked row under the default policy, NONFINITE for a NaN / +inf logit or
@@ -26,8 +26,8 @@
  * error before writing, except NONFINITE, whose outputs are unspecified);
  * inputs never written; on success dq, dk, dv, dbias and dsinks within the
  * bounds of the long-double reference of the header's formulas
- * (fuzz_ref.c, tests/test_backward.c's derivation), exactly 0 where no term
- * reaches them (keys no row sees, empty rows, forbidden dbias entries);
+ * (tests/common/oracle.c, tests/test_backward.c's derivation), exactly 0 where
+ * no term reaches them (keys no row sees, empty rows, forbidden dbias entries);
  * padding untouched; bitwise identical results for another thread count;
  * a repeated call allocates nothing.
  */

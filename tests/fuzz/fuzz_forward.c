@@ -35,8 +35,8 @@
  *  - inputs are never written (byte snapshots, slopes and sinks included);
  *  - on OK with finite inputs and moderate logits, out / weights / lse /
  *    logits / max_weight / entropy agree with the long-double reference
- *    (tests/reference.c, window, ALiBi, sinks and logits included) within
- *    the tolerance of tests/test_random.c (same formulas); forbidden
+ *    (tests/common/reference.c, window, ALiBi, sinks and logits included)
+ * within the tolerance of tests/test_random.c (same formulas); forbidden
  *    weights are exactly 0 and forbidden logits exactly -inf; each row's
  *    weights plus the sink's share sum to 1; max_weight and entropy agree
  *    with the weights output; empty rows under SDPA_EMPTY_ROWS_ZERO are

@@ -2,13 +2,13 @@
  * The multi-head layer in long double, from include/sdpa.h (sdpa_mha_args,
  * sdpa_mha_backward_args): X~ = X (+ the sinusoidal table), Q = X~ W_Q +
  * b_Q (likewise K, V), RoPE on each head of Q and K, attention per head
- * (tests/reference.c on Q, K, V rounded to double), y = O W_O + b_O; and
+ * (tests/common/reference.c on Q, K, V rounded to double), y = O W_O + b_O; and
  * the chain rule back through every step (the attention's gradients from
- * fuzz_ref.c). Every quantity carries a bound of the error the library may
- * make computing it in its dtype: a product of k terms adds (k + 2) eps of
- * the sum of |terms|, errors of the factors propagate through their
+ * tests/common/oracle.c). Every quantity carries a bound of the error the
+ * library may make computing it in its dtype: a product of k terms adds (k + 2)
+ * eps of the sum of |terms|, errors of the factors propagate through their
  * magnitudes, a rotation adds the angle's error (ref_angle_bound) and a
- * rounding; the attention's own bounds are fuzz_ref.c's, widened by the
+ * rounding; the attention's own bounds are oracle.c's, widened by the
  * errors of the Q, K, V, O and dO the library computes on the way.
  */
 #include <float.h>

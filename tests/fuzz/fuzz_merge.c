@@ -8,7 +8,7 @@
  *    disjoint sets, contiguous or interleaved; each partial is an
  *    sdpa_forward call (a key mask, SDPA_EMPTY_ROWS_ZERO) writing its out
  *    and lse into the fuzzed views; the merge of the partials must match
- *    the long-double reference of the whole problem (tests/reference.c)
+ *    the long-double reference of the whole problem (tests/common/reference.c)
  *    within the forward's tolerance plus the merge's roundings, and follow
  *    the empty-row policy where no partial saw a key;
  *  - direct: random partial outputs and lse values (-inf for partials that

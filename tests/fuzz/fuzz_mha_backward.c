@@ -19,7 +19,7 @@
  * forward's attention outputs never written, a message; inputs never
  * written; no allocation on a refused call or a repeated one; on success
  * every requested gradient within the bound of the long-double chain rule
- * (fuzz_layer_ref.c: the attention's gradients of fuzz_ref.c, RoPE's
+ * (fuzz_layer_ref.c: the attention's gradients of tests/common/oracle.c, RoPE's
  * transpose, the projections' products), padding untouched; bitwise equal
  * gradients with another thread count.
  */

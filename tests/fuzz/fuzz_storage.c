@@ -60,7 +60,7 @@
  *    bytes outside the outputs' views are never written, whatever the
  *    status;
  *  - on success: out, weights, lse, logits, max_weight and entropy against
- *    the long-double reference (tests/reference.c) run on the exactly
+ *    the long-double reference (tests/common/reference.c) run on the exactly
  *    widened inputs, with fuzz_forward's float32 tolerance plus, for a
  *    half out, one rounding (2^-11 · |out| for float16 plus its subnormal
  *    spacing, 2^-8 for bfloat16); out finite; forbidden weights exactly 0
