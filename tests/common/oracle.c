@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "problem.h"
+#include "testutil.h"
 
 /* ------------------------------------------------------------------------ */
 /* Backward.                                                                 */
@@ -44,14 +45,8 @@ size_t bwd_db_at(const bwd_ref *r, int64_t b, int64_t h, int64_t i, int64_t j)
 
 void bwd_ref_free(bwd_ref *r)
 {
-    long double *ld[] = {r->dq, r->dk, r->dv, r->dbias, r->dsinks,
-                         r->tq, r->tk, r->tv, r->tb,    r->ts};
-    for (size_t i = 0; i < sizeof ld / sizeof ld[0]; i++)
-        free(ld[i]);
-    free(r->sq);
-    free(r->sk);
-    free(r->sv);
-    free(r->sb);
+    FREE_ALL(r->dq, r->dk, r->dv, r->dbias, r->dsinks, r->tq, r->tk, r->tv,
+             r->tb, r->ts, r->sq, r->sk, r->sv, r->sb);
     ref_free(&r->fwd);
     memset(r, 0, sizeof *r);
 }

@@ -134,6 +134,16 @@ static inline void tbuf_free(tbuf *x)
     memset(x, 0, sizeof *x);
 }
 
+/* free() on each of n pointers (NULL ones included). */
+static inline void free_n(void *const *p, size_t n)
+{
+    for (size_t i = 0; i < n; ++i)
+        free(p[i]);
+}
+#define FREE_ALL(...)                                                          \
+    free_n((void *[]){__VA_ARGS__},                                            \
+           sizeof((void *[]){__VA_ARGS__}) / sizeof(void *))
+
 /* tbuf_free on each buffer of a NULL-terminated list. */
 static inline void tbuf_free_all(tbuf *const *list)
 {

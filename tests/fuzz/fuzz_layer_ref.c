@@ -440,18 +440,12 @@ int fz_layer_ref_backward(const fz_layer_call *c, const sdpa_tensor *dy,
 
 void fz_layer_ref_free(fz_layer_ref *r)
 {
-    long double *ld[] = {r->y,  r->ty, r->xq, r->exq, r->xkv, r->exkv, r->q,
-                         r->eq, r->k,  r->ek, r->v,   r->ev,  r->o,    r->eo};
-    for (size_t i = 0; i < sizeof ld / sizeof ld[0]; i++)
-        free(ld[i]);
+    FREE_ALL(r->y, r->ty, r->xq, r->exq, r->xkv, r->exkv, r->q, r->eq, r->k,
+             r->ek, r->v, r->ev, r->o, r->eo, r->qd, r->kd, r->vd, r->biasd);
     for (int i = 0; i < G_COUNT; i++) {
         free(r->g[i]);
         free(r->tg[i]);
     }
-    free(r->qd);
-    free(r->kd);
-    free(r->vd);
-    free(r->biasd);
     ref_free(&r->att);
     memset(r, 0, sizeof *r);
 }
