@@ -798,6 +798,19 @@ static void test_random_double(void **state)
     run_many(SDPA_FLOAT64, 1, 250);
 }
 
+/* The shape of a hand-made configuration. */
+static void cfg_shape(cfg *c, int64_t N, int64_t Hq, int64_t Hkv, int64_t Tq,
+                      int64_t Tk, int64_t Dk, int64_t Dv)
+{
+    c->N = N;
+    c->Hq = Hq;
+    c->Hkv = Hkv;
+    c->Tq = Tq;
+    c->Tk = Tk;
+    c->Dk = Dk;
+    c->Dv = Dv;
+}
+
 /* ---- Finite differences (float64). ------------------------------------- */
 
 /* A fixed small case with every feature at once: GQA, K and V shared by
@@ -809,13 +822,7 @@ static void fd_case(cfg *c)
     memset(c, 0, sizeof *c);
     c->seed = 777;
     c->dtype = SDPA_FLOAT64;
-    c->N = 2;
-    c->Hq = 4;
-    c->Hkv = 2;
-    c->Tq = 5;
-    c->Tk = 8;
-    c->Dk = 3;
-    c->Dv = 4;
+    cfg_shape(c, 2, 4, 2, 5, 8, 3, 4);
     c->kv_bcast = 1; /* seed & 2 == 0: extent 1 */
     c->use_mask = 1;
     c->mask_p = 0.15;
@@ -952,13 +959,7 @@ static void test_finite_differences(void **state)
 static void threads_case(cfg *c, uint64_t seed, int dtype, int variant)
 {
     cfg_random(c, seed, dtype);
-    c->N = 3;
-    c->Hq = 6;
-    c->Hkv = 3;
-    c->Tq = 37;
-    c->Tk = 45;
-    c->Dk = 6;
-    c->Dv = 5;
+    cfg_shape(c, 3, 6, 3, 37, 45, 6, 5);
     double se = c->x.scale == 0.0 ? 1.0 / sqrt(6.0) : c->x.scale;
     c->amp = sqrt(4.0 / (se * 6.0));
     c->x.use_kvlens = 1;

@@ -209,23 +209,20 @@ static void expect_status(fx *f, int status, const char *what,
     }
 }
 
+/* The fixture reset by `init` (fx_reset: the full call, fx_minimal: the
+ * smallest), the statements, then the expected status and message. */
+#define CASE_FROM(init, status, needles, ...)                                  \
+    do {                                                                       \
+        init(f);                                                               \
+        {                                                                      \
+            __VA_ARGS__;                                                       \
+        }                                                                      \
+        expect_status(f, status, #__VA_ARGS__, needles);                       \
+    } while (0)
 #define CASE(status, needles, ...)                                             \
-    do {                                                                       \
-        fx_reset(f);                                                           \
-        {                                                                      \
-            __VA_ARGS__;                                                       \
-        }                                                                      \
-        expect_status(f, status, #__VA_ARGS__, needles);                       \
-    } while (0)
-
+    CASE_FROM(fx_reset, status, needles, __VA_ARGS__)
 #define CASE_MIN(status, needles, ...)                                         \
-    do {                                                                       \
-        fx_minimal(f);                                                         \
-        {                                                                      \
-            __VA_ARGS__;                                                       \
-        }                                                                      \
-        expect_status(f, status, #__VA_ARGS__, needles);                       \
-    } while (0)
+    CASE_FROM(fx_minimal, status, needles, __VA_ARGS__)
 
 /* ------------------------------------------------------------------------ */
 

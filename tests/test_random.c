@@ -610,37 +610,32 @@ static void run_many(int dtype, uint64_t first, long count, int big)
     assert_true(st.runs[0] >= count);
 }
 
-static void test_random_float(void **state)
+/* One run of run_many: dtype, first seed, configurations, long keys. */
+typedef struct run_spec {
+    int dtype;
+    uint64_t first;
+    long count;
+    int big;
+} run_spec;
+
+static void test_random(void **state)
 {
-    (void)state;
-    run_many(SDPA_FLOAT32, 1000, 300, 0);
+    const run_spec *r = *state;
+    run_many(r->dtype, r->first, r->count, r->big);
 }
 
-static void test_random_double(void **state)
-{
-    (void)state;
-    run_many(SDPA_FLOAT64, 1000, 300, 0);
-}
-
-static void test_random_float_long_keys(void **state)
-{
-    (void)state;
-    run_many(SDPA_FLOAT32, 50000, 40, 1);
-}
-
-static void test_random_double_long_keys(void **state)
-{
-    (void)state;
-    run_many(SDPA_FLOAT64, 50000, 40, 1);
-}
+static run_spec g_runs[] = {{SDPA_FLOAT32, 1000, 300, 0},
+                            {SDPA_FLOAT64, 1000, 300, 0},
+                            {SDPA_FLOAT32, 50000, 40, 1},
+                            {SDPA_FLOAT64, 50000, 40, 1}};
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random_float),
-        cmocka_unit_test(test_random_double),
-        cmocka_unit_test(test_random_float_long_keys),
-        cmocka_unit_test(test_random_double_long_keys),
+        {"test_random_float", test_random, NULL, NULL, &g_runs[0]},
+        {"test_random_double", test_random, NULL, NULL, &g_runs[1]},
+        {"test_random_float_long_keys", test_random, NULL, NULL, &g_runs[2]},
+        {"test_random_double_long_keys", test_random, NULL, NULL, &g_runs[3]},
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

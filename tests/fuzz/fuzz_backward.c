@@ -152,6 +152,25 @@ static void describe(const sdpa_backward_args *a)
                 (long long)g_t[t].t.stride[2], (long long)g_t[t].t.stride[3]);
 }
 
+/* Each tensor's extents (0: mask, bias and dbias, laid out apart), K and
+ * dk over nk batch items, V and dv over nv. */
+static void tensor_shapes(int64_t nk, int64_t nv, int64_t shp[T_COUNT][4])
+{
+    const int64_t s[T_COUNT][4] = {{g.N, g.Hq, g.Tq, g.Dk},
+                                   {nk, g.Hkv, g.Tk, g.Dk},
+                                   {nv, g.Hkv, g.Tk, g.Dv},
+                                   {0, 0, 0, 0},
+                                   {0, 0, 0, 0},
+                                   {g.N, g.Hq, g.Tq, g.Dv},
+                                   {g.N, g.Hq, g.Tq, 1},
+                                   {g.N, g.Hq, g.Tq, g.Dv},
+                                   {g.N, g.Hq, g.Tq, g.Dk},
+                                   {nk, g.Hkv, g.Tk, g.Dk},
+                                   {nv, g.Hkv, g.Tk, g.Dv},
+                                   {0, 0, 0, 0}};
+    memcpy(shp, s, sizeof s);
+}
+
 /* mask / bias: per dimension full, extent 1 or stride 0 (2 bits each). */
 static void broadcast_layout(sdpa_tensor *x, unsigned modes)
 {
@@ -175,18 +194,8 @@ static void decode_problem(sdpa_backward_args *a)
     g.nk = kvb == 1 || kvb == 3 ? 1 : g.N;
     g.nv = kvb == 1 ? 1 : g.N;
     unsigned lay = fz(F_LAYOUT), pad = fz(F_PAD);
-    const int64_t shp[T_COUNT][4] = {{g.N, g.Hq, g.Tq, g.Dk},
-                                     {g.nk, g.Hkv, g.Tk, g.Dk},
-                                     {g.nv, g.Hkv, g.Tk, g.Dv},
-                                     {0, 0, 0, 0},
-                                     {0, 0, 0, 0},
-                                     {g.N, g.Hq, g.Tq, g.Dv},
-                                     {g.N, g.Hq, g.Tq, 1},
-                                     {g.N, g.Hq, g.Tq, g.Dv},
-                                     {g.N, g.Hq, g.Tq, g.Dk},
-                                     {g.nk, g.Hkv, g.Tk, g.Dk},
-                                     {g.nv, g.Hkv, g.Tk, g.Dv},
-                                     {0, 0, 0, 0}};
+    int64_t shp[T_COUNT][4];
+    tensor_shapes(g.nk, g.nv, shp);
     memset(g_t, 0, sizeof g_t);
     for (int t = 0; t < T_COUNT; t++) {
         g_t[t].es = t == T_MASK ? 1 : es;
@@ -763,18 +772,8 @@ static void run_huge(void)
     *dims[w] = big[fz(F_HUGE_VAL) % 6];
     if (w == 1)
         g.Hkv = g.Hq;
-    const int64_t shp[T_COUNT][4] = {{g.N, g.Hq, g.Tq, g.Dk},
-                                     {g.N, g.Hkv, g.Tk, g.Dk},
-                                     {g.N, g.Hkv, g.Tk, g.Dv},
-                                     {0, 0, 0, 0},
-                                     {0, 0, 0, 0},
-                                     {g.N, g.Hq, g.Tq, g.Dv},
-                                     {g.N, g.Hq, g.Tq, 1},
-                                     {g.N, g.Hq, g.Tq, g.Dv},
-                                     {g.N, g.Hq, g.Tq, g.Dk},
-                                     {g.N, g.Hkv, g.Tk, g.Dk},
-                                     {g.N, g.Hkv, g.Tk, g.Dv},
-                                     {0, 0, 0, 0}};
+    int64_t shp[T_COUNT][4];
+    tensor_shapes(g.N, g.N, shp);
     a.dtype = g.dt.dtype;
     a.causal = fz(F_CAUSAL) % 3;
     memset(g_t, 0, sizeof g_t);
