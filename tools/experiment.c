@@ -1,7 +1,7 @@
 /*
  * sdpa experiment scale — the textbook's controlled experiment on the
  * attention scale (../shared/SPEC.md, exercise F5), run with the library
- * (docs/sdpa.1, README "The scaling experiment").
+ * (docs/man/sdpa.1, README "The scaling experiment").
  *
  * Task: a lag copy. An instance is T = 16 tokens drawn uniformly from a
  * vocabulary of 16; the target at position t is the token at t - k (k = 2

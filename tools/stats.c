@@ -1,7 +1,7 @@
 /*
  * sdpa stats — the blog post's experiment on the 1/sqrt(dk) scale, rerun
  * with the library (../shared/SPEC.md, "Measurements from the blog post";
- * docs/sdpa.1).
+ * docs/man/sdpa.1).
  *
  * For each seed s = 1..S and each dk: Q and K, n × dk, i.i.d. standard
  * normal from SplitMix64 seeded with s (Q's entries first, row by row, then
