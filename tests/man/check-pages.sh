@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# ctest man_pages_exports / mpi_man_pages_exports: every symbol of an
+# export list has a section-3 page, docs/man/<symbol>.3, either a page of
+# its own or a one-line alias ".so man3/<page>.3" (as libpng, zstd and
+# Debian's packages do), and the page it resolves to names the symbol in
+# its NAME line and shows its prototype, exactly as the header declares
+# it, in its SYNOPSIS.
+#
+#   check-pages.sh EXPORTS HEADER MANDIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=man-lib.sh
+. "$here/man-lib.sh"
+
+[ $# -eq 3 ] || die "usage: $0 EXPORTS HEADER MANDIR"
+exports=$1 header=$2 mandir=$3
+[ -f "$exports" ] || die "no $exports"
+[ -f "$header" ] || die "no $header"
+
+bad=0
+count=0
+while read -r sym; do
+    case $sym in '' | '#'*) continue ;; esac
+    count=$((count + 1))
+    if [ ! -f "$mandir/$sym.3" ]; then
+        echo "FAIL $sym: no page $mandir/$sym.3 (a page, or a .so alias)"
+        bad=1
+        continue
+    fi
+    first=$(sed -n '1p' "$mandir/$sym.3")
+    if [[ $first == ".so "* ]]; then
+        [ "$(wc -l <"$mandir/$sym.3")" -eq 1 ] ||
+            { echo "FAIL $sym: an alias page is the one line .so man3/<page>.3"; bad=1; }
+        [[ $first =~ ^\.so\ man3/[a-z_]+\.3$ ]] ||
+            { echo "FAIL $sym: alias line '$first' is not .so man3/<page>.3"; bad=1; }
+    fi
+    if ! page=$(page_resolve "$mandir" "$sym"); then
+        echo "FAIL $sym: $mandir/$sym.3 names a page that does not exist (or an alias)"
+        bad=1
+        continue
+    fi
+    names=$(page_section "$page" NAME | page_text | normalise)
+    names=${names%% - *}
+    if ! printf '%s\n' "$names" | tr ',' '\n' | sed 's/^ *//; s/ *$//' |
+        grep -qx -- "$sym"; then
+        echo "FAIL $sym: not in the NAME line of $(basename "$page") ($names)"
+        bad=1
+    fi
+    proto=$(header_prototype "$header" "$sym")
+    if [ -z "$proto" ]; then
+        echo "FAIL $sym: no declaration in $header"
+        bad=1
+        continue
+    fi
+    synopsis=$(page_section "$page" SYNOPSIS | page_text | normalise)
+    if [[ $synopsis != *"$proto"* ]]; then
+        echo "FAIL $sym: the SYNOPSIS of $(basename "$page") lacks the prototype"
+        echo "     header:   $proto"
+        echo "     synopsis: $synopsis"
+        bad=1
+        continue
+    fi
+    echo "ok   $sym: $(basename "$page")"
+done <"$exports"
+[ "$count" -gt 0 ] || die "no symbol in $exports"
+[ $bad -eq 0 ] || die "pages missing or incomplete (docs/man/, see above)"
+echo "all $count exported functions have a page"
