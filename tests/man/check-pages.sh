@@ -4,16 +4,17 @@
 # its own or a one-line alias ".so man3/<page>.3" (as libpng, zstd and
 # Debian's packages do), and the page it resolves to names the symbol in
 # its NAME line and shows its prototype, exactly as the header declares
-# it, in its SYNOPSIS.
+# it, in its SYNOPSIS. With OVERVIEW (libsdpa.3, libsdpa_mpi.3), that
+# page's SYNOPSIS must show every prototype too.
 #
-#   check-pages.sh EXPORTS HEADER MANDIR
+#   check-pages.sh EXPORTS HEADER MANDIR [OVERVIEW]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=man-lib.sh
 . "$here/man-lib.sh"
 
-[ $# -eq 3 ] || die "usage: $0 EXPORTS HEADER MANDIR"
-exports=$1 header=$2 mandir=$3
+[ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: $0 EXPORTS HEADER MANDIR [OVERVIEW]"
+exports=$1 header=$2 mandir=$3 overview=${4:-}
 [ -f "$exports" ] || die "no $exports"
 [ -f "$header" ] || die "no $header"
 
@@ -59,6 +60,14 @@ while read -r sym; do
         echo "     synopsis: $synopsis"
         bad=1
         continue
+    fi
+    if [ -n "$overview" ]; then
+        over=$(page_section "$mandir/$overview" SYNOPSIS | page_text | normalise)
+        if [[ $over != *"$proto"* ]]; then
+            echo "FAIL $sym: the SYNOPSIS of $overview lacks the prototype"
+            bad=1
+            continue
+        fi
     fi
     echo "ok   $sym: $(basename "$page")"
 done <"$exports"
