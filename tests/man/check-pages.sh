@@ -10,7 +10,7 @@
 #   check-pages.sh EXPORTS HEADER MANDIR [OVERVIEW]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=man-lib.sh
+# shellcheck source=SCRIPTDIR/man-lib.sh
 . "$here/man-lib.sh"
 
 [ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: $0 EXPORTS HEADER MANDIR [OVERVIEW]"

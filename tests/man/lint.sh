@@ -8,7 +8,7 @@
 #   lint.sh GROFF MANDIR PAGE...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=man-lib.sh
+# shellcheck source=SCRIPTDIR/man-lib.sh
 . "$here/man-lib.sh"
 
 [ $# -ge 3 ] || die "usage: $0 GROFF MANDIR PAGE..."

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers of the tests/man scripts (sourced, not run).
 #
 #   page_resolve DIR NAME   the file NAME's page resolves to: DIR/NAME.3, or

@@ -11,7 +11,7 @@
 # RUN (the launcher and its flags, e.g. "mpiexec --oversubscribe -n 2").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=man-lib.sh
+# shellcheck source=SCRIPTDIR/man-lib.sh
 . "$here/man-lib.sh"
 
 [ $# -eq 2 ] || die "usage: $0 PAGE WORKDIR"
