@@ -1,7 +1,7 @@
 /*
  * The row kernel sets a test drives directly (static library only): the
  * portable one first, then the vector sets (x86 only), and whether this
- * CPU runs one. Include after cmocka.h, rows.h and internal.h.
+ * CPU runs one. Include after cmocka.h, sdpa.h and kernels/cpu.h.
  */
 #ifndef SDPA_TEST_KERNEL_SETS_H
 #define SDPA_TEST_KERNEL_SETS_H

@@ -29,7 +29,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "runtime/blas_threads.h"
+#include "sdpa.h"
 
 #ifndef SDPA_TEST_BLAS_THREADS
 #error "tests/CMakeLists.txt sets SDPA_TEST_BLAS_THREADS"

@@ -39,10 +39,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "half.h"
 #include "half_codec.h"
-#include "internal.h"
-#include "rows.h"
+#include "kernels/cpu.h"
+#include "kernels/half.h"
+#include "kernels/rows.h"
 #include "testutil.h"
 
 /* ---- independent decoders and rounding -------------------------------- */

@@ -23,9 +23,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
-#include "rows.h"
-#include "vexp.h"
+#include "kernels/cpu.h"
+#include "kernels/rows.h"
+#include "kernels/vexp.h"
+#include "sdpa.h"
 
 enum { ROW = 1037 }; /* odd, so vector bodies and scalar tails both run */
 

@@ -44,8 +44,8 @@
 #include "testutil.h"
 
 #ifdef SDPA_TEST_ROW_KERNELS
-#include "internal.h"
-#include "rows.h"
+#include "kernels/cpu.h"
+#include "kernels/rows.h"
 #endif
 
 /* Bound in units of eps·min(|s|, c). */

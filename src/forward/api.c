@@ -1,0 +1,96 @@
+/* The front door: sdpa_forward and the workspace query. Both run the same
+ * pipeline — validate, plan — and sdpa_forward then grows the scratch once
+ * and executes the plan's work items. */
+#include "core/context.h"
+#include "core/checked.h"
+#include "core/problem.h"
+#include "forward/validate.h"
+#include "forward/plan.h"
+#include "runtime/pool.h"
+#include "paths/paths.h"
+
+static int prepare(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                   sdpa_problem *problem, sdpa_plan *plan)
+{
+    int status = sdpa_validate(ctx, args, problem);
+    if (status != SDPA_OK)
+        return status;
+    return sdpa_make_plan(ctx, problem, plan);
+}
+
+static int execute(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan,
+                   sdpa_where *where)
+{
+    switch (plan->path) {
+    case SDPA_PATH_MATERIALISED:
+        return sdpa_run_items(ctx, problem, plan, plan->work_items, 1,
+                              sdpa_materialised_item, where);
+    case SDPA_PATH_TILED:
+        return sdpa_run_items(ctx, problem, plan, plan->work_items, 1,
+                              sdpa_tiled_item, where);
+    default: {
+        plan->shared = ctx->shared.ptr;
+        int status =
+            sdpa_run_items(ctx, problem, plan, plan->work_items,
+                           plan->visit_rows, sdpa_decode_chunk_item, where);
+        if (status != SDPA_OK)
+            return status;
+        return sdpa_run_items(ctx, problem, plan, plan->merge_items, 1,
+                              sdpa_decode_merge_item, where);
+    }
+    }
+}
+
+int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
+{
+    sdpa_problem problem;
+    sdpa_plan plan;
+    int status = prepare(ctx, args, &problem, &plan);
+    if (status == SDPA_OK)
+        status = sdpa_scratch_reserve(ctx, plan.reserve_workers,
+                                      plan.worker_bytes, plan.shared_bytes);
+    if (status == SDPA_OK)
+        status = sdpa_pool_reserve(ctx, plan.reserve_workers);
+    if (status != SDPA_OK)
+        return status;
+    sdpa_where where = {-1, -1, -1};
+    status = execute(ctx, &problem, &plan, &where);
+    if (status == SDPA_ERR_NONFINITE)
+        return sdpa_fail(ctx, status,
+                         "sdpa_forward: batch %lld, head %lld, query row %lld "
+                         "has a NaN or infinite logit (non-finite input or "
+                         "overflow); the outputs hold unspecified values",
+                         (long long)where.batch, (long long)where.head,
+                         (long long)where.row);
+    return status;
+}
+
+int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                           size_t *bytes)
+{
+    if (!ctx)
+        return SDPA_ERR_NULL_POINTER;
+    if (!bytes)
+        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
+                         "sdpa_forward_workspace: bytes is NULL");
+    sdpa_problem problem;
+    sdpa_plan plan;
+    int status = prepare(ctx, args, &problem, &plan);
+    if (status != SDPA_OK)
+        return status;
+    /* What the context will hold after the call: what it holds now, grown
+     * where this call needs more. */
+    size_t total = ctx->shared.size > plan.shared_bytes ? ctx->shared.size
+                                                        : plan.shared_bytes;
+    for (int i = 0; i < SDPA_MAX_THREADS; i++) {
+        size_t held = ctx->scratch[i].size;
+        size_t need = i < plan.reserve_workers && plan.worker_bytes > held
+                          ? plan.worker_bytes
+                          : held;
+        if (!sdpa_add_size(total, need, &total))
+            return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                             "sdpa_forward_workspace: total overflows");
+    }
+    *bytes = total;
+    return SDPA_OK;
+}

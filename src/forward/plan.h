@@ -1,0 +1,69 @@
+/* The plan of one call (plan.c): path, work split and scratch layout. */
+#ifndef SDPA_FORWARD_PLAN_H
+#define SDPA_FORWARD_PLAN_H
+
+#include "core/context.h"
+#include "core/problem.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The plan of one call: which path, how the work is split, what scratch
+ * each worker needs. */
+typedef struct sdpa_plan {
+    int path;            /* resolved SDPA_PATH_* */
+    int threads;         /* workers that will run */
+    int reserve_workers; /* workers whose scratch (and threads) are held:
+                            >= threads, so that smaller calls, which may
+                            run more of them, allocate nothing */
+    int64_t block_q;     /* query rows of one head per work item */
+    int64_t block_k;     /* keys per block (tiled and decode paths) */
+    int64_t q_blocks;    /* ceil(Tq / block_q) */
+    int64_t chunk_len;   /* decode: keys per chunk (never depends on threads) */
+    int64_t chunks;      /* decode: ceil(Tk / chunk_len) */
+    int64_t rows;        /* most stacked query rows one item handles */
+    int64_t work_items;  /* items of the parallel phase */
+    int64_t merge_items; /* decode: items of the merge phase (N · Hkv) */
+    int64_t visit_rows;  /* decode: the chunk items' visiting order
+                            (sdpa_run_items): merge_items for a paged
+                            cache (a chunk of every head, then the next
+                            chunk), else 1 (a head's chunks in turn) */
+    size_t score_ld;     /* leading dimension of the score scratch */
+    /* byte offsets of the regions of one worker's scratch (tiled/decode) */
+    size_t off_q, off_s, off_o, off_m, off_l, off_a;
+    size_t off_mask, off_bias; /* a row's gathered mask / bias keys */
+    size_t off_live;           /* which keys of a block some row may see */
+    size_t off_t, off_e;       /* diagnostics: a row's final logits (t)
+                                  and each row's Σ e·(s − m) (e) */
+    size_t off_kt, off_vt;     /* K and V rows widened or gathered for the
+                                  BLAS (sdpa_kv_staged), a block at a time */
+    int64_t stage_keys;        /* keys of those regions */
+    bool fused;                /* decode: the library's own streaming
+                                  kernels (rows.h dot_rows, acc_rows) read
+                                  K and V, instead of BLAS gemv/gemm */
+    size_t worker_bytes;       /* scratch per worker, as reserved: at least what
+                                  the plan uses, and never more for a call that is
+                                  no larger (README: Usage) */
+    size_t shared_bytes;       /* decode: partial results of every chunk, as
+                                  reserved likewise */
+    void *shared;              /* set at execution: the shared buffer */
+} sdpa_plan;
+
+int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan);
+
+/* The end of the piece of keys [a, end) the BLAS takes at once: all of
+ * them, or plan->stage_keys when K and V are staged into scratch. */
+static inline int64_t sdpa_stage_end(const sdpa_plan *plan, int64_t a,
+                                     int64_t end)
+{
+    return plan->stage_keys && end - a > plan->stage_keys ? a + plan->stage_keys
+                                                          : end;
+}
+
+/* Region `name` (q, s, o, m, l, a, mask, bias, live, t, e, kt, vt) of a
+ * worker's scratch, as a T*. */
+#define SDPA_REGION(T, plan, scratch, name)                                    \
+    ((T *)(void *)((char *)(scratch) + (plan)->off_##name))
+
+#endif /* SDPA_FORWARD_PLAN_H */

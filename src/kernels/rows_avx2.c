@@ -1,0 +1,202 @@
+/*
+ * The AVX2+FMA+F16C row kernels. Only this file is compiled with -mavx2
+ * -mfma -mf16c; rows_dispatch.c calls it only after CPU detection says it
+ * may. The algorithm is in rows_simd_impl.h, written once over the macros
+ * below. Lane masks are vectors here: all-ones lanes for true.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+
+#include "kernels/rows.h"
+#include "core/template.h"
+#include "kernels/vexp.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+/* The kernel tables sdpa_rows_avx2_f32/_f64 over the static kernels
+ * KERNEL_NAME(x) = sdpa_rows_avx2_x_f32/_f64 of rows_simd_impl.h, and
+ * their own copies of rows_scalar_impl.h's helpers (HACKING.md's naming
+ * rule). */
+#define ROW_KERNELS sdpa_rows_avx2
+
+/* ---- float: 8 lanes ---- */
+#define T float
+#define SUF f32
+#define W 8
+#define VT __m256
+#define VI __m256i
+#define VM __m256
+#define VZERO() _mm256_setzero_ps()
+#define VSET1(a) _mm256_set1_ps(a)
+#define VSET1I(a) _mm256_set1_epi32(a)
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VSTORE(p, a) _mm256_storeu_ps(p, a)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define VSUB(a, b) _mm256_sub_ps(a, b)
+#define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VDIV(a, b) _mm256_div_ps(a, b)
+#define VMAX(a, b) _mm256_max_ps(a, b)
+#define VAND(a, b) _mm256_and_ps(a, b)
+#define VOR(a, b) _mm256_or_ps(a, b)
+#define VANDNOT(a, b) _mm256_andnot_ps(a, b)     /* ~a & b */
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)   /* a·b + c */
+#define VFNMA(a, b, c) _mm256_fnmadd_ps(a, b, c) /* c − a·b */
+#define VCASTI(a) _mm256_castps_si256(a)
+#define VCASTF(a) _mm256_castsi256_ps(a)
+#define VADDI(a, b) _mm256_add_epi32(a, b)
+#define VSLLI(a, n) _mm256_slli_epi32(a, n)
+#define VCMP_GE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
+#define VCMP_UNORD(a, b) _mm256_cmp_ps(a, b, _CMP_UNORD_Q)
+#define VBLENDV(a, b, m) _mm256_blendv_ps(a, b, m) /* m ? b : a */
+#define VKEEP(a, m) _mm256_and_ps(a, m)            /* m ? a : 0 */
+#define VM_NONE() _mm256_setzero_ps()
+#define VM_OR(a, b) _mm256_or_ps(a, b)
+#define VM_ANY(m) (_mm256_movemask_ps(m) != 0)
+/* Lanes whose key the 8 mask bytes at p forbid: the zero bytes when nonzero
+ * allows, the nonzero ones otherwise. */
+static inline __m256 mask_forbids_f32(const uint8_t *p, bool nonzero_allows)
+{
+    __m128i bytes = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    __m256i zero =
+        _mm256_cmpeq_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_setzero_si256());
+    __m256i flip = _mm256_set1_epi32(nonzero_allows ? 0 : -1);
+    return _mm256_castsi256_ps(_mm256_xor_si256(zero, flip));
+}
+#define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f32(p, nonzero_allows)
+/* 8 of the 16 registers hold accumulators, the rest the operands (key or
+ * value vectors, a query or weight vector): nothing spills. */
+#define ACC_VECS 8
+/* All-ones in the first n (< 8) lanes: vmaskmov reads and writes only
+ * those (and never faults on the others). */
+static inline __m256i first_lanes_f32(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#define VLOAD_PART(p, n) _mm256_maskload_ps(p, first_lanes_f32(n))
+#define VSTORE_PART(p, a, n) _mm256_maskstore_ps(p, first_lanes_f32(n), a)
+/* One vector of the lane sums of v[0..8) (lane l: v[l]'s): pairwise adds
+ * within 128-bit halves twice, then the halves. */
+static inline __m256 hsum8_f32(const __m256 *v)
+{
+    __m256 h0 =
+        _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    __m256 h1 =
+        _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20),
+                         _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+#define VHSUMW(v) hsum8_f32(v)
+/* 8 halves at p (16 bytes); halves_part: the first n (< 8), then zeros.
+ * There is no 16-bit masked load before AVX-512: a stack copy (only row
+ * tails take it). */
+static inline __m128i halves(const uint16_t *p)
+{
+    return _mm_loadu_si128((const __m128i *)(const void *)p);
+}
+static inline __m128i halves_part(const uint16_t *p, int n)
+{
+    uint16_t b[8] = {0};
+    memcpy(b, p, (size_t)n * sizeof *p);
+    return halves(b);
+}
+/* bfloat16 → float is a shift into the top half of each 32-bit lane. */
+static inline __m256 bf16_to_f32(__m128i h)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#define VLOAD_F16(p) _mm256_cvtph_ps(halves(p))
+#define VLOAD_F16_PART(p, n) _mm256_cvtph_ps(halves_part(p, n))
+#define VLOAD_BF16(p) bf16_to_f32(halves(p))
+#define VLOAD_BF16_PART(p, n) bf16_to_f32(halves_part(p, n))
+/* vcvtps2ph with an explicit nearest-even rounds as sdpa_f32_to_f16 does,
+ * NaNs included (quiet, sign and top payload kept: tests/test_half.c). */
+#define VSTORE_F16(p, a)                                                       \
+    _mm_storeu_si128(                                                          \
+        (__m128i *)(void *)(p),                                                \
+        _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+/* sdpa_f32_to_bf16 on 8 lanes: nearest even by integer addition, NaN →
+ * its top half with the quiet bit set; then the 32-bit lanes (each below
+ * 2^16, so the unsigned saturation never acts) packed to 16 bits. */
+static inline void store_bf16(uint16_t *p, __m256 a)
+{
+    __m256i x = _mm256_castps_si256(a), top = _mm256_srli_epi32(x, 16);
+    __m256i odd = _mm256_and_si256(top, _mm256_set1_epi32(1));
+    __m256i sum = _mm256_add_epi32(x, _mm256_set1_epi32(0x7fff));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(sum, odd), 16);
+    __m256i quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+    __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+    r = _mm256_blendv_epi8(r, quiet, _mm256_castps_si256(nan));
+    _mm_storeu_si128((__m128i *)(void *)p,
+                     _mm_packus_epi32(_mm256_castsi256_si128(r),
+                                      _mm256_extracti128_si256(r, 1)));
+}
+#define VSTORE_BF16(p, a) store_bf16(p, a)
+#include "kernels/rows_simd_impl.h"
+#include "kernels/rows_simd_undef.h"
+
+/* ---- double: 4 lanes ---- */
+#define T double
+#define SUF f64
+#define W 4
+#define VT __m256d
+#define VI __m256i
+#define VM __m256d
+#define VZERO() _mm256_setzero_pd()
+#define VSET1(a) _mm256_set1_pd(a)
+#define VSET1I(a) _mm256_set1_epi64x(a)
+#define VLOAD(p) _mm256_loadu_pd(p)
+#define VSTORE(p, a) _mm256_storeu_pd(p, a)
+#define VADD(a, b) _mm256_add_pd(a, b)
+#define VSUB(a, b) _mm256_sub_pd(a, b)
+#define VMUL(a, b) _mm256_mul_pd(a, b)
+#define VDIV(a, b) _mm256_div_pd(a, b)
+#define VMAX(a, b) _mm256_max_pd(a, b)
+#define VAND(a, b) _mm256_and_pd(a, b)
+#define VOR(a, b) _mm256_or_pd(a, b)
+#define VANDNOT(a, b) _mm256_andnot_pd(a, b)
+#define VFMA(a, b, c) _mm256_fmadd_pd(a, b, c)
+#define VFNMA(a, b, c) _mm256_fnmadd_pd(a, b, c)
+#define VCASTI(a) _mm256_castpd_si256(a)
+#define VCASTF(a) _mm256_castsi256_pd(a)
+#define VADDI(a, b) _mm256_add_epi64(a, b)
+#define VSLLI(a, n) _mm256_slli_epi64(a, n)
+#define VCMP_GE(a, b) _mm256_cmp_pd(a, b, _CMP_GE_OQ)
+#define VCMP_UNORD(a, b) _mm256_cmp_pd(a, b, _CMP_UNORD_Q)
+#define VBLENDV(a, b, m) _mm256_blendv_pd(a, b, m)
+#define VKEEP(a, m) _mm256_and_pd(a, m)
+#define VM_NONE() _mm256_setzero_pd()
+#define VM_OR(a, b) _mm256_or_pd(a, b)
+#define VM_ANY(m) (_mm256_movemask_pd(m) != 0)
+static inline __m256d mask_forbids_f64(const uint8_t *p, bool nonzero_allows)
+{
+    int32_t word;
+    memcpy(&word, p, sizeof word);
+    __m256i zero = _mm256_cmpeq_epi64(
+        _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(word)), _mm256_setzero_si256());
+    __m256i flip = _mm256_set1_epi64x(nonzero_allows ? 0 : -1);
+    return _mm256_castsi256_pd(_mm256_xor_si256(zero, flip));
+}
+#define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f64(p, nonzero_allows)
+#define ACC_VECS 8
+static inline __m256i first_lanes_f64(int n)
+{
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n),
+                              _mm256_setr_epi64x(0, 1, 2, 3));
+}
+#define VLOAD_PART(p, n) _mm256_maskload_pd(p, first_lanes_f64(n))
+#define VSTORE_PART(p, a, n) _mm256_maskstore_pd(p, first_lanes_f64(n), a)
+/* One vector of the lane sums of v[0..4): pairs within 128-bit halves,
+ * then the halves. */
+static inline __m256d hsum4_f64(const __m256d *v)
+{
+    __m256d h0 = _mm256_hadd_pd(v[0], v[1]), h1 = _mm256_hadd_pd(v[2], v[3]);
+    return _mm256_add_pd(_mm256_permute2f128_pd(h0, h1, 0x20),
+                         _mm256_permute2f128_pd(h0, h1, 0x31));
+}
+#define VHSUMW(v) hsum4_f64(v)
+#include "kernels/rows_simd_impl.h"
+#include "kernels/rows_simd_undef.h"
+
+#endif /* x86 */

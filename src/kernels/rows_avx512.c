@@ -1,0 +1,224 @@
+/*
+ * The AVX-512 row kernels (F, DQ, BW and VL, with AVX2, FMA and F16C: the
+ * x86-64-v4 set). Only this file is compiled with those -m flags;
+ * rows_dispatch.c calls it only after CPU detection says it may. The
+ * algorithm is rows_simd_impl.h, the same as
+ * the AVX2 kernels' on twice the lanes, with lane masks in mask registers.
+ * The 32 vector registers hold the four interleaved exps without spills.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+
+#include "kernels/rows.h"
+#include "core/template.h"
+#include "kernels/vexp.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+/* The kernel tables sdpa_rows_avx512_f32/_f64 over the static kernels
+ * KERNEL_NAME(x) = sdpa_rows_avx512_x_f32/_f64 of rows_simd_impl.h, and
+ * their own copies of rows_scalar_impl.h's helpers (HACKING.md's naming
+ * rule). */
+#define ROW_KERNELS sdpa_rows_avx512
+
+/* ---- float: 16 lanes ---- */
+#define T float
+#define SUF f32
+#define W 16
+#define VT __m512
+#define VI __m512i
+#define VM __mmask16
+#define VZERO() _mm512_setzero_ps()
+#define VSET1(a) _mm512_set1_ps(a)
+#define VSET1I(a) _mm512_set1_epi32(a)
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VSTORE(p, a) _mm512_storeu_ps(p, a)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VSUB(a, b) _mm512_sub_ps(a, b)
+#define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VDIV(a, b) _mm512_div_ps(a, b)
+#define VMAX(a, b) _mm512_max_ps(a, b)
+#define VAND(a, b) _mm512_and_ps(a, b)
+#define VOR(a, b) _mm512_or_ps(a, b)
+#define VANDNOT(a, b) _mm512_andnot_ps(a, b)     /* ~a & b */
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)   /* a·b + c */
+#define VFNMA(a, b, c) _mm512_fnmadd_ps(a, b, c) /* c − a·b */
+#define VCASTI(a) _mm512_castps_si512(a)
+#define VCASTF(a) _mm512_castsi512_ps(a)
+#define VADDI(a, b) _mm512_add_epi32(a, b)
+#define VSLLI(a, n) _mm512_slli_epi32(a, n)
+#define VCMP_GE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
+#define VCMP_UNORD(a, b) _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)
+#define VBLENDV(a, b, m) _mm512_mask_blend_ps(m, a, b) /* m ? b : a */
+#define VKEEP(a, m) _mm512_maskz_mov_ps(m, a)          /* m ? a : 0 */
+#define VM_NONE() ((__mmask16)0)
+#define VM_OR(a, b) ((__mmask16)((a) | (b)))
+#define VM_ANY(m) ((m) != 0)
+/* Lanes whose key the 16 mask bytes at p forbid: the zero bytes when
+ * nonzero allows, the nonzero ones otherwise. */
+static inline __mmask16 mask_forbids_f32(const uint8_t *p, bool nonzero_allows)
+{
+    __m128i bytes = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return nonzero_allows ? _mm_cmpeq_epi8_mask(bytes, _mm_setzero_si128())
+                          : _mm_cmpneq_epi8_mask(bytes, _mm_setzero_si128());
+}
+#define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f32(p, nonzero_allows)
+/* 16 of the 32 registers hold accumulators, the rest the operands. */
+#define ACC_VECS 16
+/* The first n (< 16) lanes: masked loads read (and stores write) only
+ * those, and never fault on the others. */
+#define FIRST_LANES_16(n) ((__mmask16)((1u << (n)) - 1))
+#define VLOAD_PART(p, n) _mm512_maskz_loadu_ps(FIRST_LANES_16(n), p)
+#define VSTORE_PART(p, a, n) _mm512_mask_storeu_ps(p, FIRST_LANES_16(n), a)
+/* One vector of the lane sums of v[0..16) (lane l: v[l]'s), in four
+ * rounds that each halve the vectors: 256-bit halves, 128-bit quarters
+ * (each 128-bit lane then holds 4 partial sums of one vector), pairs and
+ * single lanes within 128-bit lanes. The last two rounds leave lane 4q + m
+ * with the sum of input 4m + q, so the inputs are taken transposed. */
+static inline __m512 fold_pair_f32(__m512 a, __m512 b)
+{
+    /* [a(L0+L2), a(L1+L3), b(L0+L2), b(L1+L3)] in 128-bit lanes L */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44),
+                         _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+static inline __m512 fold_quad_f32(__m512 ab, __m512 cd)
+{
+    /* [a, b, c, d], each 4 partial sums */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88),
+                         _mm512_shuffle_f32x4(ab, cd, 0xDD));
+}
+static inline __m512 hsum16_f32(const __m512 *v)
+{
+#define IN(p) v[(p) % 4 * 4 + (p) / 4]
+    __m512 y[4];
+    for (int i = 0; i < 4; i++)
+        y[i] = fold_quad_f32(fold_pair_f32(IN(4 * i), IN(4 * i + 1)),
+                             fold_pair_f32(IN(4 * i + 2), IN(4 * i + 3)));
+#undef IN
+    __m512 z0 = _mm512_add_ps(_mm512_unpacklo_ps(y[0], y[1]),
+                              _mm512_unpackhi_ps(y[0], y[1]));
+    __m512 z1 = _mm512_add_ps(_mm512_unpacklo_ps(y[2], y[3]),
+                              _mm512_unpackhi_ps(y[2], y[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(z0, z1, 0x44),
+                         _mm512_shuffle_ps(z0, z1, 0xEE));
+}
+#define VHSUMW(v) hsum16_f32(v)
+/* 16 halves at p (32 bytes); the _PART forms the first n (< 16), zeros
+ * after them, by a masked 16-bit load (AVX512BW+VL). */
+static inline __m256i halves(const uint16_t *p)
+{
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+/* bfloat16 → float is a shift into the top half of each 32-bit lane. */
+static inline __m512 bf16_to_f32(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#define VLOAD_F16(p) _mm512_cvtph_ps(halves(p))
+#define VLOAD_F16_PART(p, n)                                                   \
+    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(FIRST_LANES_16(n), p))
+#define VLOAD_BF16(p) bf16_to_f32(halves(p))
+#define VLOAD_BF16_PART(p, n)                                                  \
+    bf16_to_f32(_mm256_maskz_loadu_epi16(FIRST_LANES_16(n), p))
+/* vcvtps2ph with an explicit nearest-even rounds as sdpa_f32_to_f16 does,
+ * NaNs included (quiet, sign and top payload kept: tests/test_half.c). */
+#define VSTORE_F16(p, a)                                                       \
+    _mm256_storeu_si256(                                                       \
+        (__m256i *)(void *)(p),                                                \
+        _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+/* sdpa_f32_to_bf16 on 16 lanes, by integer arithmetic (AVX512_BF16's
+ * vcvtneps2bf16 is not in the x86-64-v4 set): nearest even by addition,
+ * NaN → its top half with the quiet bit set; then each 32-bit lane
+ * truncated to its low 16 bits. */
+static inline void store_bf16(uint16_t *p, __m512 a)
+{
+    __m512i x = _mm512_castps_si512(a), top = _mm512_srli_epi32(x, 16);
+    __m512i odd = _mm512_and_si512(top, _mm512_set1_epi32(1));
+    __m512i sum = _mm512_add_epi32(x, _mm512_set1_epi32(0x7fff));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(sum, odd), 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, top, _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
+}
+#define VSTORE_BF16(p, a) store_bf16(p, a)
+#include "kernels/rows_simd_impl.h"
+#include "kernels/rows_simd_undef.h"
+
+/* ---- double: 8 lanes ---- */
+#define T double
+#define SUF f64
+#define W 8
+#define VT __m512d
+#define VI __m512i
+#define VM __mmask8
+#define VZERO() _mm512_setzero_pd()
+#define VSET1(a) _mm512_set1_pd(a)
+#define VSET1I(a) _mm512_set1_epi64(a)
+#define VLOAD(p) _mm512_loadu_pd(p)
+#define VSTORE(p, a) _mm512_storeu_pd(p, a)
+#define VADD(a, b) _mm512_add_pd(a, b)
+#define VSUB(a, b) _mm512_sub_pd(a, b)
+#define VMUL(a, b) _mm512_mul_pd(a, b)
+#define VDIV(a, b) _mm512_div_pd(a, b)
+#define VMAX(a, b) _mm512_max_pd(a, b)
+#define VAND(a, b) _mm512_and_pd(a, b)
+#define VOR(a, b) _mm512_or_pd(a, b)
+#define VANDNOT(a, b) _mm512_andnot_pd(a, b)
+#define VFMA(a, b, c) _mm512_fmadd_pd(a, b, c)
+#define VFNMA(a, b, c) _mm512_fnmadd_pd(a, b, c)
+#define VCASTI(a) _mm512_castpd_si512(a)
+#define VCASTF(a) _mm512_castsi512_pd(a)
+#define VADDI(a, b) _mm512_add_epi64(a, b)
+#define VSLLI(a, n) _mm512_slli_epi64(a, n)
+#define VCMP_GE(a, b) _mm512_cmp_pd_mask(a, b, _CMP_GE_OQ)
+#define VCMP_UNORD(a, b) _mm512_cmp_pd_mask(a, b, _CMP_UNORD_Q)
+#define VBLENDV(a, b, m) _mm512_mask_blend_pd(m, a, b)
+#define VKEEP(a, m) _mm512_maskz_mov_pd(m, a)
+#define VM_NONE() ((__mmask8)0)
+#define VM_OR(a, b) ((__mmask8)((a) | (b)))
+#define VM_ANY(m) ((m) != 0)
+static inline __mmask8 mask_forbids_f64(const uint8_t *p, bool nonzero_allows)
+{
+    __m128i bytes = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    __mmask16 lanes = nonzero_allows
+                          ? _mm_cmpeq_epi8_mask(bytes, _mm_setzero_si128())
+                          : _mm_cmpneq_epi8_mask(bytes, _mm_setzero_si128());
+    return (__mmask8)(lanes & 0xFF); /* the upper 8 bytes are not ours */
+}
+#define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f64(p, nonzero_allows)
+#define ACC_VECS 16
+#define FIRST_LANES_8(n) ((__mmask8)((1u << (n)) - 1))
+#define VLOAD_PART(p, n) _mm512_maskz_loadu_pd(FIRST_LANES_8(n), p)
+#define VSTORE_PART(p, a, n) _mm512_mask_storeu_pd(p, FIRST_LANES_8(n), a)
+/* One vector of the lane sums of v[0..8), as hsum16_f32 with 2 lanes per
+ * 128-bit lane: 256-bit halves, 128-bit quarters, then the pairs; lane
+ * 2q + m gets input 4m + q's sum, so the inputs are taken transposed. */
+static inline __m512d fold_pair_f64(__m512d a, __m512d b)
+{
+    return _mm512_add_pd(_mm512_shuffle_f64x2(a, b, 0x44),
+                         _mm512_shuffle_f64x2(a, b, 0xEE));
+}
+static inline __m512d fold_quad_f64(__m512d ab, __m512d cd)
+{
+    return _mm512_add_pd(_mm512_shuffle_f64x2(ab, cd, 0x88),
+                         _mm512_shuffle_f64x2(ab, cd, 0xDD));
+}
+static inline __m512d hsum8_f64(const __m512d *v)
+{
+#define IN(p) v[(p) % 4 * 2 + (p) / 4]
+    __m512d y0 =
+        fold_quad_f64(fold_pair_f64(IN(0), IN(1)), fold_pair_f64(IN(2), IN(3)));
+    __m512d y1 =
+        fold_quad_f64(fold_pair_f64(IN(4), IN(5)), fold_pair_f64(IN(6), IN(7)));
+#undef IN
+    return _mm512_add_pd(_mm512_unpacklo_pd(y0, y1),
+                         _mm512_unpackhi_pd(y0, y1));
+}
+#define VHSUMW(v) hsum8_f64(v)
+#include "kernels/rows_simd_impl.h"
+#include "kernels/rows_simd_undef.h"
+#undef FIRST_LANES_16
+#undef FIRST_LANES_8
+
+#endif /* x86 */

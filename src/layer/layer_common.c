@@ -1,0 +1,310 @@
+/*
+ * The helpers the multi-head attention layer's forward and backward passes
+ * share (layer_common.h).
+ */
+#include "layer/layer_common.h"
+
+#include <limits.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+_Static_assert(sizeof(sdpa_mha_args) >= SDPA_MHA_ARGS_SIZE_V1,
+               "sdpa_mha_args only grows");
+
+/* Are the rows evenly spaced, as one matrix of n · len rows of `width`
+ * elements with a leading dimension BLAS takes? Sets *ld. */
+static bool layer_uniform(const layer_rows *m, int64_t width, int64_t *ld)
+{
+    int64_t step;
+    if (m->n == 1)
+        step = m->len > 1 ? m->s2 : width;
+    else if (m->len == 1)
+        step = m->s0;
+    else if (m->s0 == m->len * m->s2)
+        step = m->s2;
+    else
+        return false;
+    if (step < width || step > INT_MAX || m->n * m->len > INT_MAX)
+        return false;
+    *ld = step;
+    return true;
+}
+
+/* The leading dimension of one batch item's rows (validated: <= INT_MAX,
+ * and >= width when there is more than one row). */
+static int64_t layer_item_ld(const layer_rows *m, int64_t width)
+{
+    return m->len > 1 ? m->s2 : width;
+}
+
+void sdpa_layer_gemm_layout(const layer_rows *a, int64_t ka,
+                            const layer_rows *c, int64_t kc, int64_t *items,
+                            int64_t *m, int64_t *lda, int64_t *ldc)
+{
+    *items = 1;
+    *m = a->n * a->len;
+    if (!layer_uniform(a, ka, lda) || !layer_uniform(c, kc, ldc)) {
+        *items = a->n;
+        *m = a->len;
+        *lda = layer_item_ld(a, ka);
+        *ldc = layer_item_ld(c, kc);
+    }
+}
+
+layer_rows sdpa_layer_scratch_rows(char *scratch, size_t offset, int64_t n,
+                                   int64_t len, int64_t width)
+{
+    return (layer_rows){scratch + offset, n, len, len * width, width};
+}
+
+int64_t *sdpa_layer_fill_positions(char *scratch, size_t at, int64_t n,
+                                   int64_t len, int64_t offset, int64_t sign)
+{
+    int64_t *p = (int64_t *)(void *)(scratch + at);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t t = 0; t < len; t++)
+            p[b * len + t] = sign * (offset + t);
+    return p;
+}
+
+size_t sdpa_layer_take(size_t *total, size_t count, size_t size, bool *ok)
+{
+    size_t bytes, at = *total;
+    if (!*ok || !sdpa_mul_size(count, size, &bytes) ||
+        !sdpa_add_size(bytes, SDPA_ALIGN - 1, &bytes) ||
+        !sdpa_add_size(at, bytes / SDPA_ALIGN * SDPA_ALIGN, total)) {
+        *ok = false;
+        return SIZE_MAX;
+    }
+    return at;
+}
+
+bool sdpa_layer_ranges_meet(const layer_range *a, const layer_range *b)
+{
+    return a->begin < b->end && b->begin < a->end;
+}
+
+int sdpa_layer_check_shape(sdpa_ctx *ctx, const char *who, const char *name,
+                           const sdpa_tensor *t)
+{
+    for (int d = 0; d < 4; d++)
+        if (t->shape[d] <= 0)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
+                             "%s%s.shape[%d] is %lld, must be positive", who,
+                             name, d, (long long)t->shape[d]);
+    if (t->shape[1] != 1)
+        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
+                         "%s%s.shape[1] is %lld, must be 1 (the layer's "
+                         "tensors are [N, 1, T, d_model])",
+                         who, name, (long long)t->shape[1]);
+    return SDPA_OK;
+}
+
+/* Would an output of n items of len rows of e elements (strides s0, s2,
+ * 1) write an element twice? Sorted by stride, each dimension must step
+ * past what the inner ones cover (sdpa_forward's rule for its outputs). */
+static bool rows_write_twice(int64_t n, int64_t s0, int64_t len, int64_t s2,
+                             int64_t e)
+{
+    int64_t ext[2] = {len, n}, step[2] = {s2, s0};
+    if (s0 < s2) {
+        ext[0] = n, ext[1] = len;
+        step[0] = s0, step[1] = s2;
+    }
+    int64_t covered = e - 1;
+    for (int i = 0; i < 2; i++) {
+        if (ext[i] == 1)
+            continue;
+        if (step[i] <= covered)
+            return true;
+        if (ext[i] - 1 > (INT64_MAX - covered) / step[i])
+            return false; /* too large to overlap: caught as overflow */
+        covered += (ext[i] - 1) * step[i];
+    }
+    return false;
+}
+
+int sdpa_layer_check_strides(sdpa_ctx *ctx, const char *who, const char *name,
+                             const sdpa_tensor *t, int64_t n, int64_t e,
+                             bool output, size_t esize, layer_rows *rows,
+                             layer_range *r)
+{
+    const int64_t len = t->shape[2];
+    int64_t s0 = n > 1 ? t->stride[0] : 0, s2 = len > 1 ? t->stride[2] : 0;
+    if (s0 < 0 || s2 < 0 || t->stride[3] < 0)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE, "%s%s has a negative stride",
+                         who, name);
+    if (e > 1 && t->stride[3] != 1)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "%s%s.stride[3] is %lld, the innermost stride must "
+                         "be 1",
+                         who, name, (long long)t->stride[3]);
+    if (len > 1 && s2 < e)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "%s%s.stride[2] is %lld, below the row length "
+                         "d_model = %lld",
+                         who, name, (long long)s2, (long long)e);
+    if (output && rows_write_twice(n, s0, len, s2, e))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "%soutput %s has strides {%lld, %lld} over items "
+                         "and tokens: its rows overlap",
+                         who, name, (long long)t->stride[0],
+                         (long long)t->stride[2]);
+    size_t span, step;
+    if (!sdpa_mul_size((size_t)(n - 1), (size_t)s0, &span) ||
+        !sdpa_mul_size((size_t)(len - 1), (size_t)s2, &step) ||
+        !sdpa_add_size(span, step, &span) ||
+        !sdpa_add_size(span, (size_t)e, &span) ||
+        !sdpa_mul_size(span, esize, &span) || span > PTRDIFF_MAX ||
+        (uintptr_t)t->data > UINTPTR_MAX - span)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%sthe extent of %s overflows the address space", who,
+                         name);
+    *rows = (layer_rows){t->data, n, len, s0, s2};
+    *r = (layer_range){name, (uintptr_t)t->data, (uintptr_t)t->data + span};
+    return SDPA_OK;
+}
+
+int sdpa_layer_check_heads(sdpa_ctx *ctx, const char *who, const char *field,
+                           const sdpa_mha_args *a, int64_t n, int64_t e,
+                           int64_t *hq, int64_t *hkv, int64_t *dk, int64_t *dv)
+{
+    const struct {
+        const char *name;
+        int64_t value;
+    } counts[] = {{"heads_q", a->heads_q},
+                  {"heads_kv", a->heads_kv},
+                  {"dim_k", a->dim_k},
+                  {"dim_v", a->dim_v}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if (counts[i].value < 0 || (i == 0 && counts[i].value == 0))
+            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
+                             "%s%s%s is %lld, must be %s", who, field,
+                             counts[i].name, (long long)counts[i].value,
+                             i == 0 ? "positive" : "positive (or 0: default)");
+    const int64_t q = a->heads_q, kv = a->heads_kv ? a->heads_kv : q;
+    if (q % kv != 0)
+        return sdpa_fail(ctx, SDPA_ERR_HEAD_GROUPING,
+                         "%sheads_q %lld is not a multiple of heads_kv %lld",
+                         who, (long long)q, (long long)kv);
+    if (a->dim_k == 0 && e % q != 0)
+        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
+                         "%sdim_k is 0 (d_model / heads_q), but d_model %lld "
+                         "is not a multiple of heads_q %lld",
+                         who, (long long)e, (long long)q);
+    const int64_t k = a->dim_k ? a->dim_k : e / q;
+    const int64_t v = a->dim_v ? a->dim_v : k;
+    /* every gemm dimension and row count within BLAS's int */
+    const int64_t limit = INT_MAX;
+    if (e > limit || q > limit / k || q > limit / v || n > limit)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%sd_model, heads_q · dim_k or heads_q · dim_v is "
+                         "above the BLAS int limit %d",
+                         who, INT_MAX);
+    *hq = q, *hkv = kv, *dk = k, *dv = v;
+    return SDPA_OK;
+}
+
+int sdpa_layer_check_pos_values(sdpa_ctx *ctx, const char *who,
+                                const sdpa_mha_args *a)
+{
+    if (a->positions == SDPA_POS_NONE &&
+        (a->pos_base != 0 || a->pos_offset != 0 || a->pos_q || a->pos_kv))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
+                         "%spos_base, pos_offset, pos_q or pos_kv is set, "
+                         "but positions is SDPA_POS_NONE",
+                         who);
+    if (!sdpa_position_base_ok(a->pos_base))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
+                         "%spos_base %g must be 0 (selects 10000) or finite "
+                         "and at least 1",
+                         who, a->pos_base);
+    return SDPA_OK;
+}
+
+int sdpa_layer_check_pos_offset(sdpa_ctx *ctx, const char *who, int64_t offset,
+                                int64_t tq, int64_t tk)
+{
+    int64_t longest = tq > tk ? tq : tk;
+    if (offset > 0 && longest - 1 > INT64_MAX - offset)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%spos_offset %lld + %lld tokens overflows int64", who,
+                         (long long)offset, (long long)longest);
+    return SDPA_OK;
+}
+
+int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
+                           const sdpa_forward_args *attn, int dtype,
+                           const char *dtype_hint, sdpa_forward_args *f)
+{
+    if (attn) {
+        char what[64];
+        (void)snprintf(what, sizeof what, "%s%s", who, field);
+        int imported = sdpa_struct_import(ctx, what, attn, SDPA_ARGS_SIZE_V1, f,
+                                          sizeof *f);
+        if (imported != SDPA_OK)
+            return imported;
+    } else {
+        memset(f, 0, sizeof *f);
+    }
+    const struct {
+        const char *name;
+        const sdpa_tensor *t;
+    } made[] = {{"q", &f->q},
+                {"k", &f->k},
+                {"v", &f->v},
+                {"out", &f->out},
+                {"logits", &f->logits}};
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++)
+        if (made[i].t->data)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
+                             "%s%s->%s is set, but the layer makes q, k, v "
+                             "and out itself (and has no logits output): "
+                             "leave them absent",
+                             who, field, made[i].name);
+    /* the layer's q, k, v and bias are all of its dtype, in its own
+     * buffers: no other storage type, no pages */
+    if ((f->kv_dtype != 0 && f->kv_dtype != dtype) ||
+        (f->bias_dtype != 0 && f->bias_dtype != dtype))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         "%s%s->kv_dtype is %d and bias_dtype %d, but the "
+                         "layer computes in dtype %d throughout%s",
+                         who, field, f->kv_dtype, f->bias_dtype, dtype,
+                         dtype_hint);
+    if (f->block_table || f->pages_per_seq || f->block_table_stride)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                         "%s%s->block_table is set, but the layer makes k "
+                         "and v itself, unpaged: leave the paging fields 0",
+                         who, field);
+    if (f->dtype != 0 && f->dtype != dtype)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         "%s%s->dtype is %d, but dtype is %d%s", who, field,
+                         f->dtype, dtype, dtype_hint);
+    f->struct_size = sizeof *f;
+    f->dtype = dtype;
+    return SDPA_OK;
+}
+
+int sdpa_layer_param_range(sdpa_ctx *ctx, const char *who, const char *name,
+                           const void *p, size_t elems, size_t times,
+                           size_t esize, layer_range *r)
+{
+    size_t bytes;
+    if (!sdpa_mul_size(elems, times, &bytes) ||
+        !sdpa_mul_size(bytes, esize, &bytes) ||
+        (uintptr_t)p > UINTPTR_MAX - bytes)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%sthe extent of %s overflows the address space", who,
+                         name);
+    *r = (layer_range){name, (uintptr_t)p, (uintptr_t)p + bytes};
+    return SDPA_OK;
+}
+
+int sdpa_layer_attention_failed(sdpa_ctx *ctx, const char *who, int status)
+{
+    char why[sizeof ctx->message];
+    memcpy(why, ctx->message, sizeof why);
+    return sdpa_fail(ctx, status, "%sattention: %s", who, why);
+}
