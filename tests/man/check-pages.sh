@@ -4,7 +4,10 @@
 # its own or a one-line alias ".so man3/<page>.3" (as libpng, zstd and
 # Debian's packages do), and the page it resolves to names the symbol in
 # its NAME line and shows its prototype, exactly as the header declares
-# it, in its SYNOPSIS. With OVERVIEW (libsdpa.3, libsdpa_mpi.3), that
+# it, in its SYNOPSIS; that page has the sections of a section-3 page
+# (NAME, LIBRARY, SYNOPSIS, DESCRIPTION, RETURN VALUE, ERRORS, NOTES,
+# EXAMPLE, SEE ALSO) in that order, others (ENVIRONMENT) where
+# man-pages(7) puts them. With OVERVIEW (libsdpa.3, libsdpa_mpi.3), that
 # page's SYNOPSIS must show every prototype too.
 #
 #   check-pages.sh EXPORTS HEADER MANDIR [OVERVIEW]
@@ -18,6 +21,7 @@ exports=$1 header=$2 mandir=$3 overview=${4:-}
 [ -f "$exports" ] || die "no $exports"
 [ -f "$header" ] || die "no $header"
 
+sections="NAME,LIBRARY,SYNOPSIS,DESCRIPTION,RETURN VALUE,ERRORS,NOTES,EXAMPLE,SEE ALSO,"
 bad=0
 count=0
 while read -r sym; do
@@ -39,6 +43,13 @@ while read -r sym; do
         echo "FAIL $sym: $mandir/$sym.3 names a page that does not exist (or an alias)"
         bad=1
         continue
+    fi
+    got=$(sed -n 's/^\.SH //p' "$page" | tr -d '"' |
+        grep -xE 'NAME|LIBRARY|SYNOPSIS|DESCRIPTION|RETURN VALUE|ERRORS|NOTES|EXAMPLE|SEE ALSO' |
+        tr '\n' ',')
+    if [ "$got" != "$sections" ]; then
+        echo "FAIL $sym: $(basename "$page") has the sections '$got', not '$sections'"
+        bad=1
     fi
     names=$(page_section "$page" NAME | page_text | normalise)
     names=${names%% - *}
