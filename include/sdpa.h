@@ -456,12 +456,12 @@ SDPA_API int sdpa_alibi_slopes(int64_t heads, double max_bias, double *slopes);
 /* Positional encodings (1.1).                                               */
 /* ------------------------------------------------------------------------ */
 
-/* The sinusoidal table of "Attention Is All You Need" as the textbook
- * defines it: for t = 0..tokens-1 at position pos = offset + t, row t holds
- * dim values, table[t·dim + 2r] = sin(pos / base^(2r/dim)) and
- * table[t·dim + 2r + 1] = cos(pos / base^(2r/dim)) (an odd dim ends with a
- * sin). base 0 = 10000, else finite and >= 1 (SDPA_ERR_BAD_SCALE).
- * dtype SDPA_FLOAT32 or SDPA_FLOAT64; the table is
+/* The sinusoidal table of "Attention Is All You Need" as the textbook unit
+ * "32.2 Scaled dot-product attention" defines it: for t = 0..tokens-1 at
+ * position pos = offset + t, row t holds dim values, table[t·dim + 2r] =
+ * sin(pos / base^(2r/dim)) and table[t·dim + 2r + 1] = cos(pos / base^(2r/dim))
+ * (an odd dim ends with a sin). base 0 = 10000, else finite and >= 1
+ * (SDPA_ERR_BAD_SCALE). dtype SDPA_FLOAT32 or SDPA_FLOAT64; the table is
  * computed in double, then rounded. Add it to the token embeddings
  * (X~_t = X_t + p_t): attention alone is permutation-equivariant. Returns
  * SDPA_OK, or SDPA_ERR_BAD_DTYPE, _BAD_DIM, _NULL_POINTER, _BAD_SCALE or
@@ -502,7 +502,7 @@ enum {
 /* Arguments of one layer call; zero-initialise and set struct_size
  * (SDPA_MHA_ARGS_INIT). Weights are row-major matrices of the dtype, applied
  * as X W (so a PyTorch nn.Linear weight, [out, in], is passed transposed:
- * README "The multi-head layer and positions"):
+ * docs/LAYER.md):
  *
  *   x_q  [N, 1, Tq, d_model]   x_kv [N, 1, Tk, d_model] (x_kv.data NULL:
  *                              self-attention on x_q)
