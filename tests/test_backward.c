@@ -322,6 +322,17 @@ static long double getl(const sdpa_tensor *t, int dt, int64_t a, int64_t b,
                               : (long double)((const double *)t->data)[o];
 }
 
+/* <x[b, h, i, :], y[b, hy, j, :]> over n elements, in long double. */
+static long double row_dot(const sdpa_tensor *x, const sdpa_tensor *y, int dt,
+                           int64_t b, int64_t h, int64_t i, int64_t hy,
+                           int64_t j, int64_t n)
+{
+    long double sum = 0;
+    for (int64_t d = 0; d < n; ++d)
+        sum += getl(x, dt, b, h, i, d) * getl(y, dt, b, hy, j, d);
+    return sum;
+}
+
 /* Is key j allowed for row (b, h, i) (include/sdpa.h rule 2 and the
  * window)? */
 static int allowed(const cfg *c, const inst *s, int64_t b, int64_t h, int64_t i,
@@ -476,10 +487,8 @@ static void bref_compute(const cfg *c, const inst *s, bref *r)
                     ok[j] = (unsigned char)allowed(c, s, b, h, i, j);
                     if (!ok[j])
                         continue;
-                    long double dot = 0;
-                    for (int64_t d = 0; d < Dk; ++d)
-                        dot += getl(&s->q.t, dt, b, h, i, d) *
-                               getl(&s->k.t, dt, b, hk, j, d);
+                    long double dot =
+                        row_dot(&s->q.t, &s->k.t, dt, b, h, i, hk, j, Dk);
                     u[j] = scale * dot;
                     long double x = cap > 0 ? cap * tanhl(u[j] / cap) : u[j];
                     if (c->use_bias)
@@ -538,10 +547,8 @@ static void bref_compute(const cfg *c, const inst *s, bref *r)
                 for (int64_t j = 0; j < Tk; ++j) {
                     if (!ok[j])
                         continue;
-                    long double dpj = 0;
-                    for (int64_t d = 0; d < Dv; ++d)
-                        dpj += getl(&s->dout.t, dt, b, h, i, d) *
-                               getl(&s->v.t, dt, b, hk, j, d);
+                    long double dpj =
+                        row_dot(&s->dout.t, &s->v.t, dt, b, h, i, hk, j, Dv);
                     dP[j] = dpj;
                     const long double dz = P[j] * (dpj - D);
                     long double f = 1;
