@@ -34,6 +34,7 @@
 
 #include "checks.h"
 #include "sdpa.h"
+#include "oracle.h"
 #include "problem.h"
 #include "testutil.h"
 
@@ -71,7 +72,6 @@ static void test_sinusoidal_closed_form(void **state)
         for (size_t oi = 0; oi < sizeof offsets / sizeof offsets[0]; oi++)
             for (size_t bi = 0; bi < sizeof bases / sizeof bases[0]; bi++) {
                 const int64_t d = dims[di], tokens = 6;
-                const long double base = bases[bi] == 0 ? 10000 : bases[bi];
                 size_t bytes = (size_t)(tokens * d) * es;
                 unsigned char *table = malloc(bytes + 64);
                 assert_non_null(table);
@@ -85,8 +85,8 @@ static void test_sinusoidal_closed_form(void **state)
                 for (int64_t t = 0; t < tokens; t++) {
                     const long double pos = (long double)(offsets[oi] + t);
                     for (int64_t c = 0; c < d; c++) {
-                        long double angle = pos * tp_freq(base, c / 2, d);
-                        long double want = c % 2 ? cosl(angle) : sinl(angle);
+                        long double want =
+                            ref_sinusoid(bases[bi], offsets[oi] + t, c, d);
                         long double got =
                             dtype == SDPA_FLOAT32
                                 ? (long double)((float *)table)[t * d + c]
@@ -190,21 +190,6 @@ static void test_permutation_equivariance(void **state)
 
 /* ---- RoPE. ------------------------------------------------------------- */
 
-/* The rotation of one row's pairs by position p, in long double. */
-static void rope_reference(long double *row, int64_t d, int64_t rd, int style,
-                           long double base, long double p)
-{
-    for (int64_t r = 0; r < rd / 2; r++) {
-        long double angle = p * tp_freq(base, r, rd);
-        int64_t a = style == SDPA_ROPE_HALF ? r : 2 * r;
-        int64_t b = style == SDPA_ROPE_HALF ? r + rd / 2 : 2 * r + 1;
-        long double xa = row[a], xb = row[b];
-        row[a] = xa * cosl(angle) - xb * sinl(angle);
-        row[b] = xa * sinl(angle) + xb * cosl(angle);
-    }
-    (void)d;
-}
-
 /* Runs sdpa_rope_apply on a random x (layout, padding) and compares every
  * element with the long-double rotation: rotated components within the
  * bound times their pair's norm, the rest (beyond rotary_dim) and the
@@ -226,7 +211,6 @@ static long double check_rope(int dtype, int64_t n, int64_t h, int64_t t,
         sdpa_rope_apply(dtype, x.t, positions, style, base, rotary_dim),
         SDPA_OK);
     const int64_t rd = rotary_dim ? rotary_dim : d;
-    const long double lbase = base == 0 ? 10000 : base;
     long double worst = 0;
     long double *row = malloc((size_t)d * sizeof *row);
     assert_non_null(row);
@@ -240,7 +224,7 @@ static long double check_rope(int dtype, int64_t n, int64_t h, int64_t t,
                                  ? (long double)((float *)(void *)before)[o]
                                  : (long double)((double *)(void *)before)[o];
                 }
-                rope_reference(row, d, rd, style, lbase, (long double)p);
+                ref_rope_row(row, d, rd, style, base, p);
                 for (int64_t c = 0; c < d; c++) {
                     int64_t o = toff(&x.t, b, hh, i, c);
                     long double got = (long double)tget(&x, b, hh, i, c);
