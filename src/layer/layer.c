@@ -143,16 +143,13 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_args *caller,
     status = sdpa_layer_check_dtype(ctx, WHO, "", &a, p);
     if (status != SDPA_OK)
         return status;
-    const struct {
-        const char *name;
-        const void *ptr;
-    } required[] = {{"x_q.data", a.x_q.data}, {"y.data", a.y.data},
-                    {"w_q", a.w_q},           {"w_k", a.w_k},
-                    {"w_v", a.w_v},           {"w_o", a.w_o}};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (!required[i].ptr)
-            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, WHO "%s is NULL",
-                             required[i].name);
+    const layer_required required[] = {
+        {"x_q.data", a.x_q.data}, {"y.data", a.y.data}, {"w_q", a.w_q},
+        {"w_k", a.w_k},           {"w_v", a.w_v},       {"w_o", a.w_o}};
+    status = sdpa_layer_check_required(ctx, WHO, required,
+                                       sizeof required / sizeof required[0]);
+    if (status != SDPA_OK)
+        return status;
     layer_range in_bytes[2]; /* of x_q and x_kv: not needed */
     int n_in = 0;
     status =

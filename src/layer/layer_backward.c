@@ -242,16 +242,14 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_backward_args *caller,
     status = sdpa_layer_check_dtype(ctx, WHO, "forward->", &a, p);
     if (status != SDPA_OK)
         return status;
-    const struct {
-        const char *name;
-        const void *ptr;
-    } required[] = {{"forward->x_q.data", a.x_q.data}, {"forward->w_q", a.w_q},
-                    {"forward->w_k", a.w_k},           {"forward->w_v", a.w_v},
-                    {"forward->w_o", a.w_o},           {"dy.data", b.dy.data}};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (!required[i].ptr)
-            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, WHO "%s is NULL",
-                             required[i].name);
+    const layer_required required[] = {
+        {"forward->x_q.data", a.x_q.data}, {"forward->w_q", a.w_q},
+        {"forward->w_k", a.w_k},           {"forward->w_v", a.w_v},
+        {"forward->w_o", a.w_o},           {"dy.data", b.dy.data}};
+    status = sdpa_layer_check_required(ctx, WHO, required,
+                                       sizeof required / sizeof required[0]);
+    if (status != SDPA_OK)
+        return status;
     layer_range rows[5];
     int n_rows = 0, n_rows_in = 0;
     status = sdpa_layer_check_inputs(ctx, WHO, true, "forward->", &a, p, rows,

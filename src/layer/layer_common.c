@@ -344,6 +344,16 @@ int sdpa_layer_check_rows(sdpa_ctx *ctx, const char *who, bool backward,
     return SDPA_OK;
 }
 
+int sdpa_layer_check_required(sdpa_ctx *ctx, const char *who,
+                              const layer_required *required, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (!required[i].ptr)
+            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, "%s%s is NULL", who,
+                             required[i].name);
+    return SDPA_OK;
+}
+
 int sdpa_layer_check_dtype(sdpa_ctx *ctx, const char *who, const char *field,
                            const sdpa_mha_args *a, layer_problem *p)
 {

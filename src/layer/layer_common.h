@@ -87,6 +87,17 @@ int sdpa_layer_check_rows(sdpa_ctx *ctx, const char *who, bool backward,
                           int64_t len_expected, int64_t e, bool output,
                           size_t esize, layer_rows *rows, layer_range *r);
 
+/* A pointer a call requires, and its name in the message. */
+typedef struct layer_required {
+    const char *name;
+    const void *ptr;
+} layer_required;
+
+/* The first of the count pointers that is NULL fails: "who name is
+ * NULL". */
+int sdpa_layer_check_required(sdpa_ctx *ctx, const char *who,
+                              const layer_required *required, size_t count);
+
 /* dtype (`field` prefixes its name: "" or "forward->") into *p. */
 int sdpa_layer_check_dtype(sdpa_ctx *ctx, const char *who, const char *field,
                            const sdpa_mha_args *a, layer_problem *p);
