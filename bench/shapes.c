@@ -77,7 +77,7 @@ static const bench_shape suite[] = {
      .dk = 64,
      .dv = 32,
      .causal = SDPA_CAUSAL_NONE},
-    /* beyond the list: a Llama-style GQA prefill */
+    /* added after 1.0's A-H and L: a Llama-style GQA prefill */
     {.name = "I",
      .what = "GQA prefill N=1 Hq=32 Hkv=8 T=1024 D=128 causal",
      .dtype = SDPA_FLOAT32,

@@ -1,5 +1,7 @@
 /*
- * Attention weights are not explanations (the textbook's example).
+ * Attention weights are not explanations: the example of the university
+ * textbook unit "32.2 Scaled dot-product attention" (docs/SEMANTICS.md,
+ * "Sources").
  *
  * Two keys get the weights A = (0.1, 0.9); their values are v1 = (10, 0)
  * and v2 = (-1, 0). The output is 0.1·v1 + 0.9·v2 = (0.1, 0): the token

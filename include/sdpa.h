@@ -7,51 +7,12 @@
  * a vectorised masked softmax pass sits between them. This header is the whole
  * public API, and its version macros are the single source of the version.
  *
- * Semantics (the contract; docs/SEMANTICS.md explains it and lists the
- * reference values the tests assert). For batch item b, query head h, query
- * row i and key j, with L_b = kv_lens ? kv_lens[b] : Tk and g = Hq / Hkv:
- *
- *  1. logit s_ij = scale · <q[b,h,i,:], k[b,h/g,j,:]>, default scale
- *     1/sqrt(Dk); with a soft-cap c > 0, s = c·tanh(s/c); then + bias[b,h,i,j]
- *     (and, 1.1, the ALiBi term, see sdpa_forward_args).
- *     The soft-cap is accurate relative to the logit: each s (as computed
- *     in the dtype) becomes c·tanh(s/c) to within 8·eps·min(|s|, c), eps =
- *     FLT_EPSILON or DBL_EPSILON by dtype, on every kernel and path.
- *  2. key j is FORBIDDEN for row i when any of these holds:
- *       j >= L_b;
- *       mask[b,h,i,j] != 0           (nonzero = forbidden, as
- *                                      docs/SEMANTICS.md explains;
- *                                      SDPA_FLAG_MASK_NONZERO_ALLOWS flips
- *                                      it to PyTorch's "True = may
- *                                      attend");
- *       causal TOP_LEFT     and j > i;
- *       causal BOTTOM_RIGHT and j > i + (L_b - Tq);
- *       bias[b,h,i,j] == -inf;
- *       (1.1) j outside row i's window (see sdpa_forward_args).
- *     Forbidden keys are removed before the exponent (pre-softmax), so their
- *     weights are exactly 0 and every row of weights sums to 1 (less the
- *     share of a sink, 1.1).
- *  3. m_i = max of s_ij over allowed j; p_ij = exp(s_ij - m_i) / Σ_j' exp(..);
- *     out_i = Σ_j p_ij v[b,h/g,j,:];  lse_i = m_i + log Σ_j exp(s_ij - m_i).
- *  4. A row with no allowed key fails the call with SDPA_ERR_FULLY_MASKED_ROW
- *     (the message names batch item, head and row), unless the context option
- *     SDPA_OPT_EMPTY_ROWS is SDPA_EMPTY_ROWS_ZERO: then out row = 0, weights
- *     row = 0 and lse = -inf (the ONNX / PyTorch / FlashAttention convention).
- *  5. K and V rows that no query row may see are never read, so padding
- *     may hold anything (garbage, NaN): rows j >= L_b, and every key that
- *     the mask, causality, a window or a -inf bias forbids for all query
- *     rows of every head of a batch item's GQA group (a left-padding mask
- *     is the everyday case). A key forbidden for some rows but allowed for
- *     others is read: its V row is multiplied by a weight of exactly 0 for
- *     the rows that do not see it, so a NaN or infinity there reaches those
- *     rows too, and the call fails with SDPA_ERR_NONFINITE: keep V finite
- *     where any row may look.
- *  6. mask and bias broadcast over every dimension, keys included: a
- *     dimension of extent 1, or of stride 0, is broadcast. They are never
- *     BLAS operands, so any non-negative stride is accepted on every
- *     dimension (a row whose keys are not adjacent is gathered).
- *  7. Grouped-query / multi-query attention: Hq % Hkv == 0, query head h
- *     reads KV head h / (Hq / Hkv).
+ * Semantics. docs/SEMANTICS.md is the contract of sdpa_forward, rule by rule:
+ * the logit (scale, soft-cap, bias, ALiBi), which keys are forbidden (key
+ * lengths, mask, causal anchors, -inf bias, windows), the softmax over the
+ * allowed keys, rows with no allowed key, which K and V rows are never read,
+ * broadcasting and grouped-query heads, with the reference values the tests
+ * assert. The comments below describe each argument.
  *
  * Errors. Every function returns an int status (SDPA_OK = 0). All arguments
  * are validated before anything is written: on any error detected before the
@@ -69,7 +30,7 @@
  * Threads. A context is used by one thread at a time; any number of contexts
  * may run in parallel. SDPA_OPT_NUM_THREADS splits one call over workers of
  * the context's own; results are bitwise identical for every value. The
- * library never changes BLAS threading settings (README: Threads).
+ * library never changes BLAS threading settings (docs/THREADS.md).
  */
 #ifndef SDPA_H
 #define SDPA_H

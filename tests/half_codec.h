@@ -1,9 +1,9 @@
 /*
  * The tests' own binary16 / bfloat16 codec and nearest-even rounding:
  * field by field with frexp and ldexp in double, sharing nothing with the
- * library's src/half.h, so that the tests check the library's conversions
- * rather than repeat them. Header-only (static functions), for the unit tests
- * and the fuzz targets.
+ * library's src/kernels/half.h, so that the tests check the library's
+ * conversions rather than repeat them. Header-only (static functions), for the
+ * unit tests and the fuzz targets.
  */
 #ifndef SDPA_TESTS_HALF_CODEC_H
 #define SDPA_TESTS_HALF_CODEC_H

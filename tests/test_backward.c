@@ -1079,8 +1079,8 @@ static void threads_case(cfg *c, uint64_t seed, int dtype, int variant)
         c->bias_b[1] = c->bias_b[2] = 3;
     if (variant >= 3) {
         /* One (batch item, KV head) pair, a GQA group of 2: on 2 and 3
-         * workers the backward runs split (src/backward.c), dK/dV per key
-         * block then dQ per query tile; dbias full (3), summed over the
+         * workers the backward runs split (src/backward/backward.c), dK/dV per
+         * key block then dQ per query tile; dbias full (3), summed over the
          * rows (4: split too), summed over the keys (5: not split) */
         c->N = 1;
         c->Hq = 2;

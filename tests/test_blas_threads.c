@@ -1,8 +1,8 @@
 /*
- * What libsdpa learns of the CBLAS's threads (src/blas_threads.c), internal
- * API linked from the static library, run by ctest with the BLAS's thread
- * variables (OPENBLAS_NUM_THREADS, BLIS_NUM_THREADS, MKL_NUM_THREADS) at 2,
- * SDPA_TEST_BLAS_THREADS = 2 where the linked BLAS reads one of them (at
+ * What libsdpa learns of the CBLAS's threads (src/runtime/blas_threads.c),
+ * internal API linked from the static library, run by ctest with the BLAS's
+ * thread variables (OPENBLAS_NUM_THREADS, BLIS_NUM_THREADS, MKL_NUM_THREADS) at
+ * 2, SDPA_TEST_BLAS_THREADS = 2 where the linked BLAS reads one of them (at
  * most the CPUs there are, for OpenBLAS), 1 where it has no threads (the
  * reference CBLAS):
  *   - the count read from the BLAS is that number, on any thread;

@@ -1,7 +1,7 @@
 /*
- * The half-precision types (src/half.h) and the streaming kernels of the
- * row kernel sets (src/rows.h: widen, narrow, dot_rows, acc_rows), internal
- * API linked from the static library.
+ * The half-precision types (src/kernels/half.h) and the streaming kernels of
+ * the row kernel sets (src/kernels/rows.h: widen, narrow, dot_rows, acc_rows),
+ * internal API linked from the static library.
  *
  * Conversions, against the tests' decoders (half_codec.h) and a rounding
  * written here (ldexp and double arithmetic, no bit tricks shared with

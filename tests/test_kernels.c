@@ -1,6 +1,6 @@
 /*
  * The row kernels on their own (internal API, linked from the static
- * library): the exp error bound stated in src/vexp.h, exact zeros for
+ * library): the exp error bound stated in src/kernels/vexp.h, exact zeros for
  * forbidden keys, and agreement of the vector kernels (AVX2+FMA, AVX-512)
  * with the portable ones. Every vector set this CPU runs is tested; the
  * others are named in the output as not tested. Bounds checked here:
@@ -67,7 +67,7 @@ static void exp_worst_add(exp_worst *w, double scalar_ulps, double vector_ulps)
     w->vector = vector_ulps > w->vector ? vector_ulps : w->vector;
 }
 
-/* The bound of src/vexp.h: 2 ulp, scalar and vector. */
+/* The bound of src/kernels/vexp.h: 2 ulp, scalar and vector. */
 static void exp_worst_check(const exp_worst *w, const char *type, int k)
 {
     print_message("exp %s: worst %.3f ulp scalar, %.3f ulp %s\n", type,

@@ -1,8 +1,8 @@
 /*
- * sdpa_merge (include/sdpa.h, README "Merging partial results and MPI"):
+ * sdpa_merge (include/sdpa.h, docs/MERGING.md):
  *
- *   - README's recipe (chunk_forward, forward_in_chunks: the file is
- *     extracted from README.md at configure time and compiled in here, so
+ *   - the manual's recipe (chunk_forward, forward_in_chunks: the file is
+ *     extracted from docs/MERGING.md at configure time and compiled in, so
  *     the text users read is the text tested) on random problems split into
  *     key chunks of every size, both causal anchors, none, kv_lens, GQA,
  *     soft-cap, float and double, against the long-double reference;
@@ -31,10 +31,10 @@
 #include "sdpa.h"
 #include "testutil.h"
 
-/* README's recipe, extracted by tests/CMakeLists.txt. */
+/* docs/MERGING.md's recipe, extracted by tests/CMakeLists.txt. */
 #include "merge_recipe.c"
 
-/* ---- README's recipe against the reference ----------------------------- */
+/* ---- the manual's recipe against the reference ------------------------- */
 
 typedef struct problem {
     int dtype, causal;

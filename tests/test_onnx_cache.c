@@ -7,7 +7,8 @@
  * where off is the past length (past_key / past_value given) or
  * nonpad_kv_seqlen[b] - Sq (the cache updated outside the operator). In
  * libsdpa that is SDPA_CAUSAL_BOTTOM_RIGHT with kv_lens[b] = past + Sq (or
- * nonpad_kv_seqlen[b]): README, "Masks and causality in other frameworks".
+ * nonpad_kv_seqlen[b]): docs/SEMANTICS.md, "Masks and causality in other
+ * frameworks".
  *
  * The reference knows nothing of ONNX: each case hands it an explicit mask
  * built here from the ONNX rule ("token i sees keys j <= off + i, and only

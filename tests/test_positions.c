@@ -6,14 +6,15 @@
  *  - the sinusoidal table against sin / cos of pos / base^(2r/d) (odd d,
  *    offsets, bases, more pairs than one chunk), and its first row
  *    (0, 1, 0, 1, ...) exactly;
- *  - the textbook's statement: attention without positions is
+ *  - the statement of the textbook unit "32.2 Scaled dot-product
+ *    attention" (docs/SEMANTICS.md, "Sources"): attention without positions is
  *    permutation-equivariant (permuting the tokens permutes the outputs,
  *    through sdpa_forward), and with the table added it is not;
  *  - RoPE in both styles against a direct long-double rotation (sinl,
  *    cosl), strided views (padding never touched), positions given or t,
  *    rotary_dim < D (the rest bitwise untouched), the pairs' norms kept,
  *    and RoPE's point: <rope(q, m), rope(k, n)> depends on m − n only;
- *  - positions up to 10^6 in float64 within the bound src/positions.c
+ *  - positions up to 10^6 in float64 within the bound src/layer/positions.c
  *    states, (2.5 |p| + 8) · 2^-53 · ‖pair‖ (the measured maximum is
  *    printed);
  *  - every error: its status, and nothing written.
@@ -42,7 +43,7 @@ static const char *dt_name(int dtype)
     return dtype == SDPA_FLOAT32 ? "float" : "double";
 }
 
-/* The bound src/positions.c states for an angle at position p (relative
+/* The bound src/layer/positions.c states for an angle at position p (relative
  * to the pair's norm, or absolute for the table's values), plus the
  * rounding to float in a float32 call. */
 static long double position_bound(int dtype, long double p)

@@ -927,7 +927,7 @@ static void test_no_alloc_after_first_call(void **state)
 /* The promise, over random sequences: after a call, a call on the same
  * context with the same path, dtype, options, optional tensors, Dk, Dv and
  * group size Hq/Hkv allocates nothing when none of N, Hkv, Tq, Tk is
- * larger (README: Usage). */
+ * larger (docs/CONTEXTS.md). */
 static void test_no_alloc_random_sequences(void **state)
 {
     const int dtype = *(int *)*state;

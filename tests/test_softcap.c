@@ -4,10 +4,10 @@
  *   |computed − c·tanh(s/c)| <= 8·eps·min(|s|, c)
  *
  * (eps = FLT_EPSILON or DBL_EPSILON; c·tanh(s/c) from long double tanhl on
- * the dtype's s and the cap as the caller gives it), the bound src/rows.h
- * states, for caps from 0.5 to 1000 and |s| from 1e-6 to 1e4 and on to
- * 2000·c (deep saturation), both signs, both dtypes, on every kernel set
- * this CPU runs (the others are named in the output as not tested).
+ * the dtype's s and the cap as the caller gives it), the bound
+ * src/kernels/rows.h states, for caps from 0.5 to 1000 and |s| from 1e-6 to 1e4
+ * and on to 2000·c (deep saturation), both signs, both dtypes, on every kernel
+ * set this CPU runs (the others are named in the output as not tested).
  *
  *  - Through the public API on every path (MATERIALISED, TILED, DECODE,
  *    forced with SDPA_OPT_PATH): scale 1, Dk = 1, so a logit is a product

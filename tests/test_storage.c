@@ -30,7 +30,7 @@
  *    output overflow as SDPA_ERR_NONFINITE; outputs untouched on refusal.
  *
  * The half encodings here are written from the formats' definitions and
- * share nothing with the library's (src/half.h).
+ * share nothing with the library's (src/kernels/half.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -700,7 +700,7 @@ static void test_caller_threads(void **state)
 /* ---- A paged decode's chunk items, a chunk of every head at a time. -- */
 
 /* The decode runs a paged cache's chunk items in another order than a
- * contiguous one's (src/pool.c, visited_item): the outputs stay bitwise
+ * contiguous one's (src/runtime/pool.c, visited_item): the outputs stay bitwise
  * equal, and of several failing items the same one is reported, the
  * lowest (batch, KV head, chunk), on one worker, two, and a caller's
  * pool of three. */

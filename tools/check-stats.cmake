@@ -1,9 +1,11 @@
 # ctest tool_stats: `sdpa stats --n 8 --dk 16,64,256 --seeds 200 --csv`,
-# the blog post's experiment, checked against ranges derived from the
+# the experiment of the blog post "چطور توجه کار می‌کند: جذر d_k و هزینه‌ی
+# n×n" ("How attention works: the square root of d_k and the cost of n×n",
+# Persian, read 27 September 2026), checked against ranges derived from the
 # spreads of a 1000-seed run (per-seed sd of the mean row entropy: 0.16,
 # 0.12, 0.09 unscaled at dk = 16, 64, 256 and 0.08 scaled; of the max
 # weight 0.033, 0.005, 0.0001 unscaled and 0.11 scaled): each range is the
-# 1000-seed mean (../shared/SPEC.md: unscaled entropy 0.67 / 0.32 / 0.15
+# 1000-seed mean (docs/TOOL.md: unscaled entropy 0.67 / 0.32 / 0.15
 # nats, scaled 1.72) +- about 10 standard errors of a 200-seed mean. The
 # RMS logit must be within 10 % of sqrt(dk) unscaled and of 1 scaled.
 # The CSV prints 6 decimals; the checks run on integers in millionths.
@@ -102,7 +104,7 @@ foreach(i RANGE 0 5)
     set(unscaled_entropy_${dk} ${m5})
   endif()
 endforeach()
-# the trend the blog reports: unscaled, the entropy falls as dk grows
+# the trend the blog post reports: unscaled, the entropy falls as dk grows
 if(NOT unscaled_entropy_16 GREATER unscaled_entropy_64 OR
    NOT unscaled_entropy_64 GREATER unscaled_entropy_256)
   message(FATAL_ERROR "unscaled entropy does not fall with dk: "

@@ -14,9 +14,9 @@
  * query only validates and plans.
  *
  * AUTO's path is the forced path whose workspace equals AUTO's; when
- * several do, the rule of src/plan.c (as README states it) picks among
- * them: materialised when the weights are asked for, decode when a KV head
- * serves at most 16 query rows (Hq/Hkv · Tq), tiled otherwise.
+ * several do, the rule of src/forward/plan.c (docs/CONTEXTS.md states it) picks
+ * among them: materialised when the weights are asked for, decode when a KV
+ * head serves at most 16 query rows (Hq/Hkv · Tq), tiled otherwise.
  */
 #include "tool.h"
 
@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define MAX_EXTENT INT64_C(2147483647) /* the BLAS int */
-#define DECODE_MAX_ROWS 16             /* src/plan.c, README "Usage" */
+#define DECODE_MAX_ROWS 16 /* src/forward/plan.c, docs/CONTEXTS.md */
 
 void tool_usage_plan(FILE *f)
 {
@@ -387,7 +387,7 @@ int tool_cmd_plan(int argc, char **argv)
     }
     const char *blas = getenv("OPENBLAS_NUM_THREADS");
     printf("\nThe tile sizes, hence the scratch, follow the BLAS's thread "
-           "count (README\n\"Threads\"): here OPENBLAS_NUM_THREADS %s%s.\n",
+           "count\n(docs/THREADS.md): here OPENBLAS_NUM_THREADS %s%s.\n",
            blas && *blas ? "= " : "is unset (one per core)",
            blas && *blas ? blas : "");
     return TOOL_EXIT_OK;

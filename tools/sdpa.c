@@ -3,12 +3,16 @@
  *
  *   sdpa demo        the two-token reference example of docs/SEMANTICS.md,
  *                    unmasked and causal
- *   sdpa stats       the blog post's scaling experiment, rerun with the
- *                    library's per-row diagnostics (stats.c)
+ *   sdpa stats       the scaling experiment of the blog post "How attention
+ *                    works: the square root of d_k and the cost of n×n"
+ *                    (Persian; docs/SEMANTICS.md, "Sources"), rerun with
+ *                    the library's per-row diagnostics (stats.c)
  *   sdpa plan        flops, T×T bytes and libsdpa's workspace of a call,
  *                    and the path AUTO takes (plan.c)
- *   sdpa experiment scale  the textbook's training experiment on the
- *                    scale, with sdpa_mha_forward / _backward (experiment.c)
+ *   sdpa experiment scale  the training experiment on the scale of the
+ *                    textbook unit "32.2 Scaled dot-product attention"
+ *                    (exercise F5), with sdpa_mha_forward / _backward
+ *                    (experiment.c)
  *   sdpa --version   tool, header and library versions; the row kernel
  *                    (AUTO's pick, or what SDPA_KERNEL forces)
  *   sdpa --help      this list; sdpa help CMD or sdpa CMD --help: CMD's

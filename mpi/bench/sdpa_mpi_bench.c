@@ -14,7 +14,7 @@
  *   cache split by key range; reports the median time of R calls and the
  *   largest difference from single-process sdpa_forward of the whole
  *   (computed on rank 0) and between ranks.
- * prefill also reports each rank's memory against the issue's target,
+ * prefill also reports each rank's memory against its target,
  *   "memory per rank <= its shards + 16 MiB": the shards are the rank's Q,
  *   K, V and out slices (the caller's) and the two K/V ring buffers the
  *   library holds while P > 1 (the shard in hand, being sent, and the one

@@ -290,127 +290,118 @@ static int64_t decode_chunk(const sdpa_problem *p, int64_t rows,
                                     : min64(chunk, DECODE_CHUNK);
 }
 
-int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
+/* Each path's blocks, items and scratch regions; false when a count
+ * overflows. The extents are at most INT_MAX (validation: BLAS rows and
+ * lengths), the block sizes at most 2^20: their sums and roundings cannot
+ * overflow. Products with N, Hq, Hkv or the GQA group can. */
+static bool plan_materialised(const sdpa_ctx *ctx, const sdpa_problem *p,
+                              sdpa_plan *plan)
 {
-    int path = choose_path(ctx, p);
-    if (path < 0)
-        return SDPA_ERR_UNSUPPORTED;
-    *plan = (sdpa_plan){0};
-    /* SDPA_PATH_DECODE_BLAS is the decode path with the BLAS's products */
-    plan->fused = path == SDPA_PATH_DECODE;
-    plan->path = path == SDPA_PATH_DECODE_BLAS ? SDPA_PATH_DECODE : path;
-    path = plan->path;
     const int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
-    const int64_t n = p->batch, dk = p->dim_k, dv = p->dim_v;
-    int64_t opt_k = ctx->options[SDPA_OPT_BLOCK_K];
-    const bool blas_parallel = sdpa_blas_threads() > 1;
-    bool ok = true;
+    int64_t score_ld = round_up(p->len_k, per_line);
+    plan->block_q = materialised_block_q(ctx, p, score_ld);
+    plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
+    plan->score_ld = (size_t)score_ld;
+    plan->rows = plan->block_q;
+    /* region s: the scores (unless they live in the caller's weights);
+     * region m: the 1/sum of each row */
+    int64_t s_elems, s_rows;
+    if (!(score_ld <= INT_MAX &&
+          mul64(p->batch, p->heads_q, &plan->work_items) &&
+          mul64(plan->work_items, plan->q_blocks, &plan->work_items)))
+        return false;
+    materialised_reserve(ctx, p, score_ld, &s_elems, &s_rows);
+    /* staged q and out: a block's rows widened, and its output rows
+     * before they are rounded to out's type */
+    if (sdpa_kv_staged(p))
+        plan->stage_keys = min64(p->len_k, MATERIALISED_STAGE_KEYS);
+    size_t q_count = 0, o_count = 0;
+    return count_of(sdpa_q_staged(p) ? s_rows : 0, p->dim_k, &q_count) &&
+           count_of(sdpa_out_staged(p) ? s_rows : 0, p->dim_v, &o_count) &&
+           lay_out(plan, p, q_count, (size_t)s_elems, o_count, (size_t)s_rows,
+                   (size_t)p->len_k);
+}
 
-    /* The extents below are at most INT_MAX (validation: BLAS rows and
-     * lengths), the block sizes at most 2^20: their sums and roundings
-     * cannot overflow. Products with N, Hq, Hkv or the GQA group can. */
+static bool plan_tiled(const sdpa_ctx *ctx, const sdpa_problem *p,
+                       sdpa_plan *plan, bool blas_parallel)
+{
+    const int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
+    /* block_q query rows of each of the group's g heads: rows = g·block_q
+     * stacked rows (gathered from q when g > 1), one gemm's M */
+    tiled_blocks(ctx, p, blas_parallel, &plan->block_q, &plan->block_k);
+    plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
+    plan->score_ld = (size_t)round_up(plan->block_k, per_line);
+    plan->stage_keys = sdpa_kv_staged(p) ? plan->block_k : 0;
     size_t q_count = 0, s_count = 0, o_count = 0;
-    switch (path) {
-    case SDPA_PATH_MATERIALISED: {
-        int64_t score_ld = round_up(p->len_k, per_line);
-        plan->block_q = materialised_block_q(ctx, p, score_ld);
-        plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
-        plan->score_ld = (size_t)score_ld;
-        plan->rows = plan->block_q;
-        /* region s: the scores (unless they live in the caller's weights);
-         * region m: the 1/sum of each row */
-        int64_t s_elems, s_rows;
-        ok = score_ld <= INT_MAX && mul64(n, p->heads_q, &plan->work_items) &&
-             mul64(plan->work_items, plan->q_blocks, &plan->work_items);
-        if (!ok)
-            break;
-        materialised_reserve(ctx, p, score_ld, &s_elems, &s_rows);
-        /* staged q and out: a block's rows widened, and its output rows
-         * before they are rounded to out's type */
-        if (sdpa_kv_staged(p))
-            plan->stage_keys = min64(p->len_k, MATERIALISED_STAGE_KEYS);
-        ok = count_of(sdpa_q_staged(p) ? s_rows : 0, dk, &q_count) &&
-             count_of(sdpa_out_staged(p) ? s_rows : 0, dv, &o_count) &&
-             lay_out(plan, p, q_count, (size_t)s_elems, o_count, (size_t)s_rows,
-                     (size_t)p->len_k);
-        break;
-    }
-    case SDPA_PATH_TILED:
-        /* block_q query rows of each of the group's g heads: rows = g·block_q
-         * stacked rows (gathered from q when g > 1), one gemm's M */
-        tiled_blocks(ctx, p, blas_parallel, &plan->block_q, &plan->block_k);
-        plan->q_blocks = (p->len_q + plan->block_q - 1) / plan->block_q;
-        plan->score_ld = (size_t)round_up(plan->block_k, per_line);
-        plan->stage_keys = sdpa_kv_staged(p) ? plan->block_k : 0;
-        ok = mul64(plan->block_q, p->group, &plan->rows) &&
-             plan->rows <= INT_MAX &&
-             mul64(n, p->heads_kv, &plan->work_items) &&
-             mul64(plan->work_items, plan->q_blocks, &plan->work_items) &&
-             count_of(p->group > 1 || sdpa_q_staged(p) ? plan->rows : 0, dk,
-                      &q_count) &&
-             count_of(plan->rows, (int64_t)plan->score_ld, &s_count) &&
-             count_of(plan->rows, dv, &o_count) &&
-             lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
-                     (size_t)plan->block_k);
-        break;
-    case SDPA_PATH_DECODE:
-    default: {
-        /* every query row of a GQA group, stacked: one gemm's M */
-        int64_t partial_rows;
-        ok = mul64(p->group, p->len_q, &plan->rows) && plan->rows <= INT_MAX;
-        if (!ok)
-            break;
-        /* the own kernels make no BLAS calls: nothing to keep serial */
-        const bool blas_sized = blas_parallel && !plan->fused;
-        plan->chunk_len = min64(
-            opt_k ? opt_k : decode_chunk(p, plan->rows, blas_sized), p->len_k);
-        plan->block_k = plan->fused ? min64(plan->chunk_len, FUSED_BLOCK_K)
-                                    : plan->chunk_len;
-        plan->chunks = (p->len_k + plan->chunk_len - 1) / plan->chunk_len;
-        plan->score_ld = (size_t)round_up(plan->block_k, per_line);
-        /* Reserved so that fewer rows or keys never need more: the score
-         * rows for the longest chunk the options allow, and the partial
-         * results for the most chunks any as many rows or fewer would make
-         * (decode_chunk shrinks as rows grow, but jumps up past the gemv
-         * rows). */
-        int64_t longest = min64(opt_k ? opt_k : DECODE_CHUNK, p->len_k);
-        int64_t shortest =
-            opt_k ? plan->chunk_len
-                  : min64(decode_chunk(p, plan->rows, blas_sized),
-                          decode_chunk(p, min64(plan->rows, GEMV_MAX_ROWS),
-                                       blas_sized));
-        if (plan->fused)
-            longest = min64(longest, FUSED_BLOCK_K);
-        else if (sdpa_kv_staged(p))
-            plan->stage_keys = longest;
-        shortest = min64(shortest, p->len_k);
-        int64_t most_chunks = (p->len_k + shortest - 1) / shortest;
-        int64_t reserved_items;
-        ok =
-            mul64(n, p->heads_kv, &plan->merge_items) &&
-            mul64(plan->merge_items, plan->chunks, &plan->work_items) &&
-            mul64(plan->merge_items, most_chunks, &reserved_items) &&
-            count_of(plan->rows, dk, &q_count) &&
-            count_of(plan->rows, round_up(longest, per_line), &s_count) &&
-            count_of(plan->rows, dv, &o_count) &&
-            lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
-                    (size_t)longest) &&
-            /* the partial results: rows · (Dv + 3) values per chunk */
-            mul64(reserved_items, plan->rows, &partial_rows) &&
-            sdpa_mul_size((size_t)partial_rows, (size_t)(dv + 3) * p->elem_size,
-                          &plan->shared_bytes);
-        /* a paged cache's chunks: every head's before the next (pool.c) */
-        plan->visit_rows = p->block_table ? plan->merge_items : 1;
-        break;
-    }
-    }
-    if (!ok)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: the work of this call (N · heads · "
-                         "blocks, or the stacked rows of a GQA group, %lld "
-                         "query heads per KV head) overflows a size or the "
-                         "BLAS int",
-                         (long long)p->group);
+    return mul64(plan->block_q, p->group, &plan->rows) &&
+           plan->rows <= INT_MAX &&
+           mul64(p->batch, p->heads_kv, &plan->work_items) &&
+           mul64(plan->work_items, plan->q_blocks, &plan->work_items) &&
+           count_of(p->group > 1 || sdpa_q_staged(p) ? plan->rows : 0, p->dim_k,
+                    &q_count) &&
+           count_of(plan->rows, (int64_t)plan->score_ld, &s_count) &&
+           count_of(plan->rows, p->dim_v, &o_count) &&
+           lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
+                   (size_t)plan->block_k);
+}
+
+static bool plan_decode(const sdpa_ctx *ctx, const sdpa_problem *p,
+                        sdpa_plan *plan, bool blas_parallel)
+{
+    const int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
+    const int64_t opt_k = ctx->options[SDPA_OPT_BLOCK_K];
+    /* every query row of a GQA group, stacked: one gemm's M */
+    if (!(mul64(p->group, p->len_q, &plan->rows) && plan->rows <= INT_MAX))
+        return false;
+    /* the own kernels make no BLAS calls: nothing to keep serial */
+    const bool blas_sized = blas_parallel && !plan->fused;
+    plan->chunk_len = min64(
+        opt_k ? opt_k : decode_chunk(p, plan->rows, blas_sized), p->len_k);
+    plan->block_k =
+        plan->fused ? min64(plan->chunk_len, FUSED_BLOCK_K) : plan->chunk_len;
+    plan->chunks = (p->len_k + plan->chunk_len - 1) / plan->chunk_len;
+    plan->score_ld = (size_t)round_up(plan->block_k, per_line);
+    /* Reserved so that fewer rows or keys never need more: the score
+     * rows for the longest chunk the options allow, and the partial
+     * results for the most chunks any as many rows or fewer would make
+     * (decode_chunk shrinks as rows grow, but jumps up past the gemv
+     * rows). */
+    int64_t longest = min64(opt_k ? opt_k : DECODE_CHUNK, p->len_k);
+    int64_t shortest =
+        opt_k ? plan->chunk_len
+              : min64(decode_chunk(p, plan->rows, blas_sized),
+                      decode_chunk(p, min64(plan->rows, GEMV_MAX_ROWS),
+                                   blas_sized));
+    if (plan->fused)
+        longest = min64(longest, FUSED_BLOCK_K);
+    else if (sdpa_kv_staged(p))
+        plan->stage_keys = longest;
+    shortest = min64(shortest, p->len_k);
+    int64_t most_chunks = (p->len_k + shortest - 1) / shortest;
+    int64_t reserved_items, partial_rows;
+    size_t q_count = 0, s_count = 0, o_count = 0;
+    bool ok = mul64(p->batch, p->heads_kv, &plan->merge_items) &&
+              mul64(plan->merge_items, plan->chunks, &plan->work_items) &&
+              mul64(plan->merge_items, most_chunks, &reserved_items) &&
+              count_of(plan->rows, p->dim_k, &q_count) &&
+              count_of(plan->rows, round_up(longest, per_line), &s_count) &&
+              count_of(plan->rows, p->dim_v, &o_count) &&
+              lay_out(plan, p, q_count, s_count, o_count, (size_t)plan->rows,
+                      (size_t)longest) &&
+              /* the partial results: rows · (Dv + 3) values per chunk */
+              mul64(reserved_items, plan->rows, &partial_rows) &&
+              sdpa_mul_size((size_t)partial_rows,
+                            (size_t)(p->dim_v + 3) * p->elem_size,
+                            &plan->shared_bytes);
+    /* a paged cache's chunks: every head's before the next (pool.c) */
+    plan->visit_rows = p->block_table ? plan->merge_items : 1;
+    return ok;
+}
+
+/* How many workers run, and whose scratch is held. */
+static void plan_workers(const sdpa_ctx *ctx, const sdpa_problem *p,
+                         sdpa_plan *plan, bool blas_parallel)
+{
     int64_t threads = sdpa_thread_budget(ctx);
     plan->threads = (int)min64(threads, plan->work_items);
     /* Scratch for every worker this many items could use, even when the
@@ -427,5 +418,37 @@ int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
     if (blas_parallel && !plan->fused &&
         (gemm_mnk > SDPA_BLAS_SERIAL_MNK || gemv_mn >= SDPA_BLAS_SERIAL_MN))
         plan->threads = 1;
+}
+
+int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)
+{
+    int path = choose_path(ctx, p);
+    if (path < 0)
+        return SDPA_ERR_UNSUPPORTED;
+    *plan = (sdpa_plan){0};
+    /* SDPA_PATH_DECODE_BLAS is the decode path with the BLAS's products */
+    plan->fused = path == SDPA_PATH_DECODE;
+    plan->path = path == SDPA_PATH_DECODE_BLAS ? SDPA_PATH_DECODE : path;
+    const bool blas_parallel = sdpa_blas_threads() > 1;
+    bool ok;
+    switch (plan->path) {
+    case SDPA_PATH_MATERIALISED:
+        ok = plan_materialised(ctx, p, plan);
+        break;
+    case SDPA_PATH_TILED:
+        ok = plan_tiled(ctx, p, plan, blas_parallel);
+        break;
+    default:
+        ok = plan_decode(ctx, p, plan, blas_parallel);
+        break;
+    }
+    if (!ok)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "sdpa_forward: the work of this call (N · heads · "
+                         "blocks, or the stacked rows of a GQA group, %lld "
+                         "query heads per KV head) overflows a size or the "
+                         "BLAS int",
+                         (long long)p->group);
+    plan_workers(ctx, p, plan, blas_parallel);
     return SDPA_OK;
 }

@@ -44,7 +44,7 @@ typedef struct sdpa_plan {
                                   K and V, instead of BLAS gemv/gemm */
     size_t worker_bytes;       /* scratch per worker, as reserved: at least what
                                   the plan uses, and never more for a call that is
-                                  no larger (README: Usage) */
+                                  no larger (docs/CONTEXTS.md) */
     size_t shared_bytes;       /* decode: partial results of every chunk, as
                                   reserved likewise */
     void *shared;              /* set at execution: the shared buffer */

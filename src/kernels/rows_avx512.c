@@ -122,11 +122,15 @@ static inline __m512 bf16_to_f32(__m256i h)
 #define VLOAD_BF16_PART(p, n)                                                  \
     bf16_to_f32(_mm256_maskz_loadu_epi16(FIRST_LANES_16(n), p))
 /* vcvtps2ph with an explicit nearest-even rounds as sdpa_f32_to_f16 does,
- * NaNs included (quiet, sign and top payload kept: tests/test_half.c). */
+ * NaNs included (quiet, sign and top payload kept: tests/test_half.c). The
+ * zero-masking form with every lane set, because without optimisation
+ * gcc's _mm512_cvtps_ph is a macro that passes the mask as a plain -1
+ * (-Wsign-conversion, an error in Debug builds). */
 #define VSTORE_F16(p, a)                                                       \
     _mm256_storeu_si256(                                                       \
         (__m256i *)(void *)(p),                                                \
-        _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+        _mm512_maskz_cvtps_ph((__mmask16)0xFFFF, a,                            \
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 /* sdpa_f32_to_bf16 on 16 lanes, by integer arithmetic (AVX512_BF16's
  * vcvtneps2bf16 is not in the x86-64-v4 set): nearest even by addition,
  * NaN → its top half with the quiet bit set; then each 32-bit lane

@@ -125,6 +125,129 @@ static void NAME(block_values)(const sdpa_problem *p, const sdpa_plan *plan,
          acc_rows, (int)dv);
 }
 
+/* The state of one call: the worker's scratch regions and each stacked
+ * row's keys. */
+typedef struct {
+    T *s, *acc; /* scores (ld per row) and unnormalised outputs (dv) */
+    T *m, *l;   /* each row's running max and sum */
+    /* diagnostics: e[r] = Σ_j exp(s_j − m[r])·(s_j − m[r]) (the entropy's
+     * sum, relative to the running max like l), t a row's final logits */
+    T *e, *t;
+    int64_t *limit, *start; /* each row's keys: [start, limit) */
+    int64_t ld, dv;
+} NAME(online_state);
+
+/* Each stacked row sees keys [start, limit) of the block's range (its key
+ * range, kv_lens, causality, window); both never decrease down the stack.
+ * The block starting at key 0 carries the sink, if any: a key with logit
+ * sigma_h and no value, so m = sigma_h, l = 1, O = 0. Sets the keys some
+ * row sees, [*key_first, *key_end). */
+static void NAME(online_start)(const sdpa_problem *p, const sdpa_row_block *blk,
+                               int64_t n, const NAME(online_state) * st,
+                               int64_t *key_first, int64_t *key_end)
+{
+    *key_first = blk->key_end;
+    *key_end = blk->key_begin;
+    for (int64_t r = 0; r < n; r++) {
+        int64_t i = blk->row_first + r / blk->heads;
+        int64_t lim = sdpa_key_limit(p, blk->batch, i);
+        int64_t first = sdpa_key_start(p, blk->batch, i);
+        st->limit[r] = lim < blk->key_end ? lim : blk->key_end;
+        st->start[r] = first > blk->key_begin ? first : blk->key_begin;
+        if (st->start[r] < st->limit[r]) {
+            *key_first = st->start[r] < *key_first ? st->start[r] : *key_first;
+            *key_end = st->limit[r] > *key_end ? st->limit[r] : *key_end;
+        }
+        bool sink = p->sinks && blk->key_begin == 0;
+        st->m[r] =
+            sink ? (T)p->sinks[blk->head_first + r % blk->heads] : (T)-INFINITY;
+        st->l[r] = sink ? 1 : 0;
+        if (st->e)
+            st->e[r] = 0; /* the sink's own term: exp(0)·0 */
+    }
+    for (int64_t x = 0; x < n * st->dv; x++)
+        st->acc[x] = 0;
+}
+
+/* Stacked row r over the block of bk keys at kb: its logits' terms, the
+ * block's max, P = exp(S − m') in place, and m, ℓ, O (and e) moved to the
+ * new max. */
+static int NAME(online_row)(const sdpa_problem *p, const sdpa_plan *plan,
+                            const NAME(sdpa_row_kernels) * rk, void *scratch,
+                            const sdpa_row_block *blk,
+                            const NAME(online_state) * st, int64_t r,
+                            int64_t kb, int64_t bk, sdpa_where *where)
+{
+    int64_t h = blk->head_first + r % blk->heads;
+    int64_t i = blk->row_first + r / blk->heads;
+    T *row = st->s + r * st->ld;
+    /* this row's keys in the block: row[lo, lim) */
+    int64_t lo = st->start[r] - kb, lim = st->limit[r] - kb;
+    lo = lo < 0 ? 0 : lo;
+    lim = lim > bk ? bk : lim;
+    T *x = row + lo;
+    int64_t len = lim > lo ? lim - lo : 0;
+    T block_max = (T)-INFINITY;
+    if (len > 0) {
+        if (p->softcap > 0)
+            rk->softcap(x, len, (T)p->softcap);
+        if (p->alibi_slopes)
+            NAME(add_alibi)
+        (x, len, (T)p->alibi_slopes[h],
+         kb + lo - sdpa_diagonal(p, blk->batch, i));
+        const T *bias =
+            p->bias.data ? sdpa_bias_keys(p, blk->batch, h, i, kb + lo, len,
+                                          SDPA_REGION(T, plan, scratch, bias))
+                         : NULL;
+        const uint8_t *mask =
+            p->mask.data
+                ? sdpa_mask_keys(p, blk->batch, h, i, kb + lo, len,
+                                 SDPA_REGION(uint8_t, plan, scratch, mask))
+                : NULL;
+        block_max = rk->mask_max(x, len, bias, mask, p->mask_nonzero_allows);
+    }
+    if (block_max != block_max || block_max == (T)INFINITY) {
+        *where = (sdpa_where){blk->batch, h, i};
+        return SDPA_ERR_NONFINITE;
+    }
+    T m_new = block_max > st->m[r] ? block_max : st->m[r];
+    if (m_new == (T)-INFINITY) {
+        len = 0; /* nothing allowed yet: P row is 0 */
+    } else {
+        if (st->t)
+            for (int64_t j = 0; j < len; j++)
+                st->t[j] = x[j];
+        T sum = len > 0 ? rk->exp_sum(x, len, m_new) : 0;
+        if (!(sum >= 0) || sum == (T)INFINITY) {
+            *where = (sdpa_where){blk->batch, h, i};
+            return SDPA_ERR_NONFINITE;
+        }
+        if (m_new > st->m[r]) {
+            /* e^{m − m'}: the old O and ℓ shrink as the max grows;
+             * the entropy's sum moves to the new max too:
+             * Σ e^{s−m'}(s−m') = e^{m−m'}(Σ e^{s−m}(s−m) + (m−m')ℓ) */
+            T shrink = NAME(sdpa_exp_neg)(st->m[r] - m_new);
+            if (st->e)
+                st->e[r] =
+                    st->l[r] > 0
+                        ? shrink * (st->e[r] + (st->m[r] - m_new) * st->l[r])
+                        : 0;
+            st->l[r] *= shrink;
+            rk->scale(st->acc + r * st->dv, st->dv, shrink);
+        }
+        if (st->e)
+            st->e[r] += NAME(entropy_sum)(x, st->t, len, m_new);
+        st->l[r] += sum;
+        st->m[r] = m_new;
+    }
+    /* P is 0 outside the row's keys, for the P·V gemm */
+    for (int64_t j = 0; j < lo; j++)
+        row[j] = 0;
+    for (int64_t j = lo + len; j < bk; j++)
+        row[j] = 0;
+    return SDPA_OK;
+}
+
 int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
                               int kernel, void *scratch,
                               const sdpa_row_block *blk, sdpa_where *where)
@@ -132,14 +255,19 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
     const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
     const int64_t n = blk->heads * blk->rows, dv = p->dim_v;
     const int64_t ld = (int64_t)plan->score_ld;
-    T *s = SDPA_REGION(T, plan, scratch, s);
-    T *acc = SDPA_REGION(T, plan, scratch, o);
-    T *m = SDPA_REGION(T, plan, scratch, m);
-    T *l = SDPA_REGION(T, plan, scratch, l);
-    /* diagnostics: e[r] = Σ_j exp(s_j − m[r])·(s_j − m[r]) (the entropy's
-     * sum, relative to the running max like l), t a row's final logits */
-    T *e = p->diagnostics ? SDPA_REGION(T, plan, scratch, e) : NULL;
-    T *t = p->diagnostics ? SDPA_REGION(T, plan, scratch, t) : NULL;
+    int64_t *limit = SDPA_REGION(int64_t, plan, scratch, a);
+    const NAME(online_state) st = {
+        .s = SDPA_REGION(T, plan, scratch, s),
+        .acc = SDPA_REGION(T, plan, scratch, o),
+        .m = SDPA_REGION(T, plan, scratch, m),
+        .l = SDPA_REGION(T, plan, scratch, l),
+        .e = p->diagnostics ? SDPA_REGION(T, plan, scratch, e) : NULL,
+        .t = p->diagnostics ? SDPA_REGION(T, plan, scratch, t) : NULL,
+        .limit = limit,
+        .start = limit + n,
+        .ld = ld,
+        .dv = dv,
+    };
 
     /* One head's rows are already a strided matrix; a stack of heads is
      * gathered (g·Tq·Dk values, nothing next to the Tk·Dk of K). */
@@ -154,34 +282,9 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
         q = gathered;
         q_ld = p->dim_k;
     }
+    int64_t key_first, key_end;
+    NAME(online_start)(p, blk, n, &st, &key_first, &key_end);
 
-    /* Each stacked row sees keys [start, limit) of the block's range (its
-     * key range, kv_lens, causality, window); both never decrease down the
-     * stack. The block starting at key 0 carries the sink, if any: a key
-     * with logit sigma_h and no value, so m = sigma_h, l = 1, O = 0. */
-    int64_t *limit = SDPA_REGION(int64_t, plan, scratch, a);
-    int64_t *start = limit + n;
-    int64_t key_first = blk->key_end, key_end = blk->key_begin;
-    for (int64_t r = 0; r < n; r++) {
-        int64_t i = blk->row_first + r / blk->heads;
-        int64_t lim = sdpa_key_limit(p, blk->batch, i);
-        int64_t first = sdpa_key_start(p, blk->batch, i);
-        limit[r] = lim < blk->key_end ? lim : blk->key_end;
-        start[r] = first > blk->key_begin ? first : blk->key_begin;
-        if (start[r] < limit[r]) {
-            key_first = start[r] < key_first ? start[r] : key_first;
-            key_end = limit[r] > key_end ? limit[r] : key_end;
-        }
-        bool sink = p->sinks && blk->key_begin == 0;
-        m[r] =
-            sink ? (T)p->sinks[blk->head_first + r % blk->heads] : (T)-INFINITY;
-        l[r] = sink ? 1 : 0;
-        if (e)
-            e[r] = 0; /* the sink's own term: exp(0)·0 */
-    }
-
-    for (int64_t x = 0; x < n * dv; x++)
-        acc[x] = 0;
     /* Rows [active, active_end) see keys of the block at kb: those above
      * `active` end before it, those from `active_end` on start after it
      * (causal masks and windows), and both products skip them. */
@@ -201,14 +304,14 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
             if (live_count == 0)
                 continue; /* nothing to see here: skip both products */
         }
-        while (active < n && limit[active] <= kb)
+        while (active < n && st.limit[active] <= kb)
             active++;
-        while (active_end < n && start[active_end] < kb + bk)
+        while (active_end < n && st.start[active_end] < kb + bk)
             active_end++;
         if (active_end <= active)
             continue;
         const int64_t m_rows = active_end - active;
-        T *s_rows = s + active * ld, *acc_rows = acc + active * dv;
+        T *s_rows = st.s + active * ld, *acc_rows = st.acc + active * dv;
 
         for (int64_t j0 = 0, j1 = 0;
              sdpa_live_run(live, live_count, bk, &j0, &j1); j0 = j1)
@@ -219,75 +322,10 @@ int NAME(sdpa_online_softmax)(const sdpa_problem *p, const sdpa_plan *plan,
             NAME(zero_dead_scores)(s_rows, ld, m_rows, live, bk);
 
         for (int64_t r = active; r < active_end; r++) {
-            int64_t h = blk->head_first + r % blk->heads;
-            int64_t i = blk->row_first + r / blk->heads;
-            T *row = s + r * ld;
-            /* this row's keys in the block: row[lo, lim) */
-            int64_t lo = start[r] - kb, lim = limit[r] - kb;
-            lo = lo < 0 ? 0 : lo;
-            lim = lim > bk ? bk : lim;
-            T *x = row + lo;
-            int64_t len = lim > lo ? lim - lo : 0;
-            T block_max = (T)-INFINITY;
-            if (len > 0) {
-                if (p->softcap > 0)
-                    rk->softcap(x, len, (T)p->softcap);
-                if (p->alibi_slopes)
-                    NAME(add_alibi)
-                (x, len, (T)p->alibi_slopes[h],
-                 kb + lo - sdpa_diagonal(p, blk->batch, i));
-                const T *bias =
-                    p->bias.data
-                        ? sdpa_bias_keys(p, blk->batch, h, i, kb + lo, len,
-                                         SDPA_REGION(T, plan, scratch, bias))
-                        : NULL;
-                const uint8_t *mask =
-                    p->mask.data
-                        ? sdpa_mask_keys(
-                              p, blk->batch, h, i, kb + lo, len,
-                              SDPA_REGION(uint8_t, plan, scratch, mask))
-                        : NULL;
-                block_max =
-                    rk->mask_max(x, len, bias, mask, p->mask_nonzero_allows);
-            }
-            if (block_max != block_max || block_max == (T)INFINITY) {
-                *where = (sdpa_where){blk->batch, h, i};
-                return SDPA_ERR_NONFINITE;
-            }
-            T m_new = block_max > m[r] ? block_max : m[r];
-            if (m_new == (T)-INFINITY) {
-                len = 0; /* nothing allowed yet: P row is 0 */
-            } else {
-                if (t)
-                    for (int64_t j = 0; j < len; j++)
-                        t[j] = x[j];
-                T sum = len > 0 ? rk->exp_sum(x, len, m_new) : 0;
-                if (!(sum >= 0) || sum == (T)INFINITY) {
-                    *where = (sdpa_where){blk->batch, h, i};
-                    return SDPA_ERR_NONFINITE;
-                }
-                if (m_new > m[r]) {
-                    /* e^{m − m'}: the old O and ℓ shrink as the max grows;
-                     * the entropy's sum moves to the new max too:
-                     * Σ e^{s−m'}(s−m') = e^{m−m'}(Σ e^{s−m}(s−m) + (m−m')ℓ) */
-                    T shrink = NAME(sdpa_exp_neg)(m[r] - m_new);
-                    if (e)
-                        e[r] = l[r] > 0
-                                   ? shrink * (e[r] + (m[r] - m_new) * l[r])
-                                   : 0;
-                    l[r] *= shrink;
-                    rk->scale(acc + r * dv, dv, shrink);
-                }
-                if (e)
-                    e[r] += NAME(entropy_sum)(x, t, len, m_new);
-                l[r] += sum;
-                m[r] = m_new;
-            }
-            /* P is 0 outside the row's keys, for the P·V gemm */
-            for (int64_t j = 0; j < lo; j++)
-                row[j] = 0;
-            for (int64_t j = lo + len; j < bk; j++)
-                row[j] = 0;
+            int status = NAME(online_row)(p, plan, rk, scratch, blk, &st, r, kb,
+                                          bk, where);
+            if (status != SDPA_OK)
+                return status;
         }
 
         for (int64_t j0 = 0, j1 = 0;

@@ -18,7 +18,7 @@
  * Checks: every status documented and one the arguments call for; on a
  * refusal nothing written (guard bytes after each buffer included); inputs
  * never written; on success every value against the closed form in long
- * double: RoPE's rotated pairs within the bound src/positions.c states,
+ * double: RoPE's rotated pairs within the bound src/layer/positions.c states,
  * (2.5 |p| + 8) 2^-53 of the pair's norm, generalised to any base (the
  * angle's error |p| f (3 + |ln base| 2r/d) 2^-53; float32 adds its
  * rounding), and where the angle is too large for any bound, a finite value

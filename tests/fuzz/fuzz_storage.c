@@ -80,7 +80,7 @@
  *    allocates nothing and gives the same bits.
  *
  * The half encodings here are written from the formats' definitions (frexp,
- * ldexp, nearbyint) and share nothing with src/half.h.
+ * ldexp, nearbyint) and share nothing with src/kernels/half.h.
  *
  * Seed corpus: FUZZ_STORAGE_WRITE_CORPUS=<dir> ./fuzz_storage writes the
  * hand-made seeds of seeds[] to <dir> and exits.
