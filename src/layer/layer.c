@@ -35,8 +35,8 @@
 
 #define WHO "sdpa_mha_forward: "
 
-/* The static gemm_rows_f32/_f64 and add_sinusoidal_*, by HACKING.md's
- * naming rule. */
+/* The static gemm_rows_f32/_f64, add_sinusoidal_* and add_positions_*, by
+ * HACKING.md's naming rule. */
 #define SDPA_TEMPLATE "layer/layer_impl.h"
 #include "core/instantiate.h"
 
@@ -194,52 +194,14 @@ static int plan(sdpa_ctx *ctx, const layer_problem *p, layer_fwd_plan *lp)
 
 /* ---- run --------------------------------------------------------------- */
 
-/* 1. the sinusoidal table added to the inputs: *xq, *xkv become the
- * scratch's copies */
-static void add_positions(const layer_problem *p, const layer_fwd_plan *lp,
-                          char *scratch, layer_rows *xq, layer_rows *xkv)
-{
-    const bool f32 = p->dtype == SDPA_FLOAT32;
-    void *table = scratch + lp->pos.table;
-    layer_rows sq =
-        sdpa_layer_scratch_rows(scratch, lp->pos.xq, p->n, p->tq, p->e);
-    if (f32)
-        add_sinusoidal_f32(xq, p->e, p->pos_q, p->offset, p->base, table,
-                           (float *)(void *)sq.data);
-    else
-        add_sinusoidal_f64(xq, p->e, p->pos_q, p->offset, p->base, table,
-                           (double *)(void *)sq.data);
-    *xq = sq;
-    if (p->self) {
-        *xkv = sq;
-        return;
-    }
-    layer_rows sk =
-        sdpa_layer_scratch_rows(scratch, lp->pos.xkv, p->n, p->tk, p->e);
-    if (f32)
-        add_sinusoidal_f32(xkv, p->e, p->pos_kv, p->offset, p->base, table,
-                           (float *)(void *)sk.data);
-    else
-        add_sinusoidal_f64(xkv, p->e, p->pos_kv, p->offset, p->base, table,
-                           (double *)(void *)sk.data);
-    *xkv = sk;
-}
-
 /* 3. rotary embeddings on Q and K (validated: cannot fail) */
 static void rotate(const layer_problem *p, const layer_fwd_plan *lp,
                    char *scratch, sdpa_tensor q_view, sdpa_tensor k_view)
 {
     int style = p->positions == SDPA_POS_ROPE_HALF ? SDPA_ROPE_HALF
                                                    : SDPA_ROPE_INTERLEAVED;
-    const int64_t *pq = p->pos_q, *pk = p->pos_kv;
-    if (lp->pos.pq != SIZE_MAX)
-        pq = sdpa_layer_fill_positions(scratch, lp->pos.pq, p->n, p->tq,
-                                       p->offset, 1);
-    if (p->self)
-        pk = pq;
-    else if (lp->pos.pk != SIZE_MAX)
-        pk = sdpa_layer_fill_positions(scratch, lp->pos.pk, p->n, p->tk,
-                                       p->offset, 1);
+    const int64_t *pq, *pk;
+    sdpa_layer_rope_positions(p, &lp->pos, scratch, &pq, &pk);
     (void)sdpa_rope_apply(p->dtype, q_view, pq, style, p->base, 0);
     (void)sdpa_rope_apply(p->dtype, k_view, pk, style, p->base, 0);
 }
@@ -250,8 +212,11 @@ static int run(sdpa_ctx *ctx, const layer_fwd_problem *lf,
     const layer_problem *p = &lf->p;
     const bool f32 = p->dtype == SDPA_FLOAT32;
     layer_rows xq = p->x_q, xkv = p->x_kv;
-    if (p->positions == SDPA_POS_SINUSOIDAL)
-        add_positions(p, lp, scratch, &xq, &xkv);
+    /* 1. the sinusoidal table added to the inputs */
+    if (p->positions == SDPA_POS_SINUSOIDAL && f32)
+        add_positions_f32(p, &lp->pos, scratch, &xq, &xkv);
+    else if (p->positions == SDPA_POS_SINUSOIDAL)
+        add_positions_f64(p, &lp->pos, scratch, &xq, &xkv);
 
     /* 2. the projections, [N, T, H·d] each */
     const int64_t wq = p->hq * p->dk, wk = p->hkv * p->dk;

@@ -57,7 +57,8 @@ _Static_assert(sizeof(sdpa_mha_backward_args) >= SDPA_MHA_BACKWARD_ARGS_SIZE_V1,
 
 #define WHO "sdpa_mha_backward: "
 
-/* layer_impl.h's static gemm_rows_f32/_f64 and add_sinusoidal_*. */
+/* layer_impl.h's static gemm_rows_f32/_f64, add_sinusoidal_* and
+ * add_positions_*. */
 #define SDPA_TEMPLATE "layer/layer_impl.h"
 #include "core/instantiate.h"
 
@@ -103,7 +104,9 @@ static layer_bwd_work layer_bwd_work_layout(const layer_problem *p,
                                             const layer_bwd_plan *lp, char *s)
 {
     const int64_t n = p->n;
-    layer_bwd_work w = {.wq = p->hq * p->dk,
+    layer_bwd_work w = {.xq = p->x_q,
+                        .xkv = p->x_kv,
+                        .wq = p->hq * p->dk,
                         .wk = p->hkv * p->dk,
                         .wv = p->hkv * p->dv,
                         .wo = p->hq * p->dv};

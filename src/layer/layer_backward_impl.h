@@ -45,34 +45,9 @@ static void NAME(col_sums)(const layer_rows *g, int64_t cols, T *db)
         }
 }
 
-/* Step 1 of the recomputed forward: X~ = X + the sinusoidal table, into
- * scratch (w->xq, w->xkv; X itself without it). */
-static void NAME(recompute_inputs)(const layer_problem *p,
-                                   const layer_bwd_plan *lp, char *s,
-                                   layer_bwd_work *w)
-{
-    const int64_t n = p->n, e = p->e;
-    w->xq = p->x_q;
-    w->xkv = p->x_kv;
-    if (p->positions != SDPA_POS_SINUSOIDAL)
-        return;
-    T *table = (T *)(void *)(s + lp->pos.table);
-    layer_rows sq = sdpa_layer_scratch_rows(s, lp->pos.xq, n, p->tq, e);
-    NAME(add_sinusoidal)
-    (&w->xq, e, p->pos_q, p->offset, p->base, table, (T *)(void *)sq.data);
-    w->xq = sq;
-    if (p->self) {
-        w->xkv = sq;
-        return;
-    }
-    layer_rows sk = sdpa_layer_scratch_rows(s, lp->pos.xkv, n, p->tk, e);
-    NAME(add_sinusoidal)
-    (&w->xkv, e, p->pos_kv, p->offset, p->base, table, (T *)(void *)sk.data);
-    w->xkv = sk;
-}
-
-/* Step 2: Q, K, V as the forward computes them, and RoPE on Q and K (the
- * negated positions kept for the inverse rotation, w->nq, w->nk). */
+/* Step 2 of the recomputed forward: Q, K, V as the forward computes them, and
+ * RoPE on Q and K (the negated positions kept for the inverse rotation, w->nq,
+ * w->nk). */
 static void NAME(recompute_projections)(const layer_problem *p,
                                         const layer_bwd_plan *lp, char *s,
                                         layer_bwd_work *w)
@@ -83,24 +58,17 @@ static void NAME(recompute_projections)(const layer_problem *p,
     NAME(gemm_rows)(&w->xkv, e, p->w_v, w->wv, p->b_v, &w->v);
     if (!w->rope)
         return;
-    const int64_t *pq = p->pos_q, *pk, *nq, *nk;
-    if (lp->pos.pq != SIZE_MAX)
-        pq = sdpa_layer_fill_positions(s, lp->pos.pq, n, p->tq, p->offset, 1);
+    const int64_t *pq, *pk, *nq, *nk;
+    sdpa_layer_rope_positions(p, &lp->pos, s, &pq, &pk);
     nq = p->pos_q ? negate_positions(s, lp->pos.nq, n, p->tq, p->pos_q)
                   : sdpa_layer_fill_positions(s, lp->pos.nq, n, p->tq,
                                               p->offset, -1);
-    if (p->self) {
-        pk = pq;
+    if (p->self)
         nk = nq;
-    } else {
-        pk = p->pos_kv;
-        if (lp->pos.pk != SIZE_MAX)
-            pk = sdpa_layer_fill_positions(s, lp->pos.pk, n, p->tk, p->offset,
-                                           1);
+    else
         nk = p->pos_kv ? negate_positions(s, lp->pos.nk, n, p->tk, p->pos_kv)
                        : sdpa_layer_fill_positions(s, lp->pos.nk, n, p->tk,
                                                    p->offset, -1);
-    }
     (void)sdpa_rope_apply(p->dtype, w->q_view, pq, w->style, p->base, 0);
     (void)sdpa_rope_apply(p->dtype, w->k_view, pk, w->style, p->base, 0);
     w->nq = nq;
@@ -206,7 +174,10 @@ static int NAME(layer_backward)(sdpa_ctx *ctx, const layer_bwd_problem *lb,
 {
     const layer_problem *p = &lb->p;
     layer_bwd_work w = layer_bwd_work_layout(p, lp, s);
-    NAME(recompute_inputs)(p, lp, s, &w);
+    /* the forward, recomputed: X~ (step 1), Q, K, V and RoPE (2), the
+     * attention with lse (3) */
+    if (p->positions == SDPA_POS_SINUSOIDAL)
+        NAME(add_positions)(p, &lp->pos, s, &w.xq, &w.xkv);
     NAME(recompute_projections)(p, lp, s, &w);
     int status = NAME(attention_gradients)(ctx, lb, lp, s, &w);
     if (status != SDPA_OK)

@@ -533,3 +533,19 @@ void sdpa_layer_place(const layer_region *regions, size_t count, size_t esize,
         *regions[i].off = sdpa_layer_take(total, *ok ? elems : 0, esize, ok);
     }
 }
+
+void sdpa_layer_rope_positions(const layer_problem *p,
+                               const layer_pos_offsets *o, char *scratch,
+                               const int64_t **pq, const int64_t **pk)
+{
+    *pq = p->pos_q;
+    if (o->pq != SIZE_MAX)
+        *pq = sdpa_layer_fill_positions(scratch, o->pq, p->n, p->tq, p->offset,
+                                        1);
+    *pk = p->pos_kv;
+    if (p->self)
+        *pk = *pq;
+    else if (o->pk != SIZE_MAX)
+        *pk = sdpa_layer_fill_positions(scratch, o->pk, p->n, p->tk, p->offset,
+                                        1);
+}

@@ -136,6 +136,13 @@ typedef struct layer_pos_offsets {
 void sdpa_layer_place_positions(const layer_problem *p, bool negated,
                                 layer_pos_offsets *o, size_t *total, bool *ok);
 
+/* RoPE's positions of the queries and the keys: pos_q / pos_kv, or
+ * pos_offset + t written out into the regions o->pq, o->pk (self-attention:
+ * the queries'). */
+void sdpa_layer_rope_positions(const layer_problem *p,
+                               const layer_pos_offsets *o, char *scratch,
+                               const int64_t **pq, const int64_t **pk);
+
 /* A region of rows · width elements of esize bytes at *off. */
 typedef struct layer_region {
     size_t *off, rows, width;
