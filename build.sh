@@ -19,8 +19,9 @@ demo_packages=(cmake make gcc libc6-dev pkg-config libopenblas-dev)
 # libgfortran-12-dev: the static link test (pkg-config --static) gets
 # -lgfortran from openblas.pc's Libs.private; libopenblas-dev does not bring
 # the linker name libgfortran.so, so ld would fail: cannot find -lgfortran.
+# groff-base: the man pages' lint (ctest man_pages_lint, tool_man_page).
 test_packages=("${demo_packages[@]}" libcmocka-dev abigail-tools binutils
-    libgfortran-12-dev)
+    libgfortran-12-dev groff-base)
 
 usage() {
     echo "usage: ./build.sh demo|test" >&2

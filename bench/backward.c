@@ -42,7 +42,8 @@ enum { BWD_BACKWARD = 0, BWD_FORWARD, BWD_GEMMS, BWD_COUNT };
 static const char *const bwd_names[BWD_COUNT] = {"sdpa backward",
                                                  "sdpa fwd+lse", "five gemms"};
 
-/* The issue's targets (issue 13). */
+/* The backward's targets (docs/PERFORMANCE.md): at most 3x the forward on
+ * one core for A and D, and E within inputs + outputs + 16 MiB of scratch. */
 static const double FWD_RATIO_TARGET = 3.0; /* A and D, at one core */
 static const char *const FWD_RATIO_SHAPES[] = {"A", "D"};
 static const double MEM_EXTRA_BOUND = 16.0 * BENCH_MIB; /* shape E */

@@ -1,4 +1,4 @@
-/* The fixed benchmark suite (the speed issue's list) and its cost model. */
+/* The fixed benchmark suite (docs/PERFORMANCE.md) and its cost model. */
 #include <strings.h>
 
 #include "bench.h"

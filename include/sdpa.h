@@ -126,12 +126,16 @@ enum {
                                   contract (during compute) */
 };
 
-/* A short fixed description of a status; never NULL (unknown codes get
- * "unknown status"). */
+/* A short fixed description of a status code: "success" for SDPA_OK, a
+ * fixed text for every SDPA_ERR_* value and "unknown status" for any other
+ * int, negative ones included. Returns a static string, never NULL. See
+ * sdpa_status_string(3). */
 SDPA_API const char *sdpa_status_string(int status);
 
 /* Run-time version: SDPA_VERSION_NUMBER and SDPA_VERSION_STRING of the
- * library actually loaded. */
+ * library actually loaded, which may be newer than this header. Return
+ * MAJOR * 10000 + MINOR * 100 + PATCH, and a static "MAJOR.MINOR.PATCH".
+ * See sdpa_version_number(3). */
 SDPA_API unsigned sdpa_version_number(void);
 SDPA_API const char *sdpa_version_string(void);
 
@@ -154,20 +158,28 @@ typedef struct sdpa_allocator {
 
 /* Create a context with the C library allocator. *out is set to NULL on
  * failure. The SDPA_KERNEL environment variable is read here (see the row
- * kernels below). */
+ * kernels below). Returns SDPA_OK, SDPA_ERR_NULL_POINTER (out is NULL),
+ * SDPA_ERR_OUT_OF_MEMORY, or SDPA_ERR_BAD_OPTION_VALUE / SDPA_ERR_UNSUPPORTED
+ * for an SDPA_KERNEL that names no kernel / one this CPU lacks. See
+ * sdpa_ctx_create(3). */
 SDPA_API int sdpa_ctx_create(sdpa_ctx **out);
 /* Create a context whose every allocation (itself included) goes through
- * `allocator`, which is copied. */
+ * `allocator`, which is copied. Returns what sdpa_ctx_create returns, and
+ * SDPA_ERR_NULL_POINTER for a NULL allocator, alloc or free,
+ * SDPA_ERR_STRUCT_SIZE / SDPA_ERR_STRUCT_TAIL for its struct_size. See
+ * sdpa_ctx_create_with_allocator(3). */
 SDPA_API int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
                                             const sdpa_allocator *allocator);
-/* Free the context and its scratch. NULL is accepted. */
+/* Free the context, its scratch and its worker threads. NULL is accepted.
+ * See sdpa_ctx_destroy(3). */
 SDPA_API void sdpa_ctx_destroy(sdpa_ctx *ctx);
 
 /* The message of the last failed call on this context (sdpa_forward,
  * sdpa_forward_workspace, sdpa_ctx_set_int and the other functions that
  * take a non-const context): what and where; "" after a successful one
  * (sdpa_ctx_get_int, which takes a const context, leaves it as it is).
- * Never NULL (for a NULL ctx, a fixed message). */
+ * Never NULL (for a NULL ctx, a fixed message). See
+ * sdpa_ctx_last_error(3). */
 SDPA_API const char *sdpa_ctx_last_error(const sdpa_ctx *ctx);
 
 /* Option ids: explicitly numbered and frozen. 0 is never an option. Every
@@ -221,7 +233,9 @@ enum {
  * one without AVX-512 F/DQ/BW/VL and F16C, gives SDPA_ERR_UNSUPPORTED.
  * Getting SDPA_OPT_KERNEL returns the kernel that AUTO resolves to; later
  * 1.x releases may add kernels (new values), so a program should accept a
- * value it does not know there. */
+ * value it does not know there. Both return SDPA_OK or the status; get
+ * writes *value only on success and stores no message. See
+ * sdpa_ctx_set_int(3). */
 SDPA_API int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value);
 SDPA_API int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option, int64_t *value);
 
@@ -255,6 +269,10 @@ enum { SDPA_NUM_THREADS_ALL = -1 };
 typedef void (*sdpa_task_fn)(void *task_arg, int64_t item, int worker);
 typedef void (*sdpa_parallel_for_fn)(void *user, int64_t items,
                                      sdpa_task_fn task, void *task_arg);
+/* Hand ctx the caller's parallel-for and its `workers` worker indices, as
+ * above (NULL: back to the context's own workers). Returns SDPA_OK,
+ * SDPA_ERR_NULL_POINTER (ctx) or SDPA_ERR_BAD_OPTION_VALUE; the context
+ * keeps what it had on an error. See sdpa_ctx_set_parallel_for(3). */
 SDPA_API int sdpa_ctx_set_parallel_for(sdpa_ctx *ctx,
                                        sdpa_parallel_for_fn parallel_for,
                                        void *user, int workers);
@@ -416,29 +434,38 @@ typedef struct sdpa_forward_args {
         .struct_size = sizeof(sdpa_forward_args)                               \
     }
 
-/* Compute attention for the whole batch. */
+/* Compute attention for the whole batch: out, and the optional outputs
+ * args asks for, from q, k, v and the options of args, as the contract at
+ * the top of this header states. Returns SDPA_OK, or a status code with
+ * the outputs untouched, except SDPA_ERR_NONFINITE and
+ * SDPA_ERR_PARALLEL_FOR (found during the computation: the outputs then
+ * hold unspecified values); sdpa_ctx_last_error() says what and where. See
+ * sdpa_forward(3). */
 SDPA_API int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args);
 
 /* The standard ALiBi slopes for `heads` heads (1.1): 2^(-max_bias·(h+1)/n)
  * for the first n heads, n the largest power of two <= heads, then the odd
  * ones of the 2n-head sequence, 2^(-max_bias·(2(h-n)+1)/(2n)), for the rest
  * (Press et al.; ggml's max_bias). max_bias = 0 means 8, the paper's value.
- * SDPA_ERR_BAD_DIM for heads <= 0, SDPA_ERR_BAD_ALIBI for a negative or
- * non-finite max_bias; nothing is written then. */
+ * SDPA_ERR_BAD_DIM for heads <= 0, SDPA_ERR_NULL_POINTER for a NULL
+ * slopes, SDPA_ERR_BAD_ALIBI for a negative or non-finite max_bias; nothing
+ * is written then. Returns SDPA_OK on success. See sdpa_alibi_slopes(3). */
 SDPA_API int sdpa_alibi_slopes(int64_t heads, double max_bias, double *slopes);
 
 /* ------------------------------------------------------------------------ */
 /* Positional encodings (1.1).                                               */
 /* ------------------------------------------------------------------------ */
 
-/* The sinusoidal table of "Attention Is All You Need" as the textbook
- * defines it: for t = 0..tokens-1 at position pos = offset + t, row t holds
- * dim values, table[t·dim + 2r] = sin(pos / base^(2r/dim)) and
- * table[t·dim + 2r + 1] = cos(pos / base^(2r/dim)) (an odd dim ends with a
- * sin). base 0 = 10000, else finite and >= 1 (SDPA_ERR_BAD_SCALE).
- * dtype SDPA_FLOAT32 or SDPA_FLOAT64; the table is
+/* The sinusoidal table of "Attention Is All You Need" as the textbook unit
+ * "32.2 Scaled dot-product attention" defines it: for t = 0..tokens-1 at
+ * position pos = offset + t, row t holds dim values, table[t·dim + 2r] =
+ * sin(pos / base^(2r/dim)) and table[t·dim + 2r + 1] = cos(pos / base^(2r/dim))
+ * (an odd dim ends with a sin). base 0 = 10000, else finite and >= 1
+ * (SDPA_ERR_BAD_SCALE). dtype SDPA_FLOAT32 or SDPA_FLOAT64; the table is
  * computed in double, then rounded. Add it to the token embeddings
- * (X~_t = X_t + p_t): attention alone is permutation-equivariant. */
+ * (X~_t = X_t + p_t): attention alone is permutation-equivariant. Returns
+ * SDPA_OK, or SDPA_ERR_BAD_DTYPE, _BAD_DIM, _NULL_POINTER, _BAD_SCALE or
+ * _OVERFLOW with nothing written. See sdpa_sinusoidal_table(3). */
 SDPA_API int sdpa_sinusoidal_table(int dtype, int64_t tokens, int64_t dim,
                                    int64_t offset, double base, void *table);
 
@@ -453,7 +480,9 @@ SDPA_API int sdpa_sinusoidal_table(int dtype, int64_t tokens, int64_t dim,
  * and >= 1 (SDPA_ERR_BAD_SCALE): every angle is then at most |pos|; rotary_dim
  * 0 = D, else even and at most D (the rest is left as is). Strides of x: non-
  * negative, innermost 1, no element reached twice. Angles are computed in
- * double. */
+ * double. Returns SDPA_OK, or SDPA_ERR_BAD_DTYPE, _NULL_POINTER, _BAD_DIM,
+ * _BAD_OPTION_VALUE (style, rotary_dim), _BAD_SCALE, _BAD_STRIDE or
+ * _OVERFLOW with x untouched. See sdpa_rope_apply(3). */
 enum { SDPA_ROPE_HALF = 1, SDPA_ROPE_INTERLEAVED = 2 };
 SDPA_API int sdpa_rope_apply(int dtype, sdpa_tensor x, const int64_t *positions,
                              int style, double base, int64_t rotary_dim);
@@ -473,7 +502,7 @@ enum {
 /* Arguments of one layer call; zero-initialise and set struct_size
  * (SDPA_MHA_ARGS_INIT). Weights are row-major matrices of the dtype, applied
  * as X W (so a PyTorch nn.Linear weight, [out, in], is passed transposed:
- * README "The multi-head layer and positions"):
+ * docs/LAYER.md):
  *
  *   x_q  [N, 1, Tq, d_model]   x_kv [N, 1, Tk, d_model] (x_kv.data NULL:
  *                              self-attention on x_q)
@@ -518,7 +547,10 @@ typedef struct sdpa_mha_args {
     }
 
 /* y = MultiHead(x_q, x_kv) for the whole batch: projections as CBLAS gemms,
- * the positional encoding, sdpa_forward, the output projection. */
+ * the positional encoding, sdpa_forward, the output projection. Returns
+ * SDPA_OK, or a status code with y untouched (the attention's errors come
+ * back with its status, the message prefixed "sdpa_mha_forward:
+ * attention:"). See sdpa_mha_forward(3). */
 SDPA_API int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args);
 
 /* Validate args and plan the call without computing: *bytes receives the
@@ -528,7 +560,10 @@ SDPA_API int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args);
  * Scratch is kept between calls: a call allocates nothing after an earlier
  * one on the same context that took the same path with the same dtype,
  * options, optional tensors, Dk, Dv and Hq/Hkv, under the same BLAS thread
- * count, when none of N, Hkv, Tq, Tk is larger. */
+ * count, when none of N, Hkv, Tq, Tk is larger. Returns SDPA_OK, or the
+ * status sdpa_forward would return for an error found before computing
+ * (never SDPA_ERR_OUT_OF_MEMORY or SDPA_ERR_NONFINITE); *bytes is written
+ * only on success. See sdpa_forward_workspace(3). */
 SDPA_API int sdpa_forward_workspace(sdpa_ctx *ctx,
                                     const sdpa_forward_args *args,
                                     size_t *bytes);
@@ -633,7 +668,10 @@ typedef struct sdpa_backward_args {
     }
 
 /* The gradients of attention for the whole batch (FlashAttention-2's
- * scheme: the weights are recomputed per block from lse, never stored). */
+ * scheme: the weights are recomputed per block from lse, never stored).
+ * Returns SDPA_OK, or a status code: the outputs are untouched except after
+ * SDPA_ERR_NONFINITE and SDPA_ERR_PARALLEL_FOR (see above). See
+ * sdpa_backward(3). */
 SDPA_API int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args);
 
 /* ------------------------------------------------------------------------ */
@@ -695,7 +733,7 @@ typedef struct sdpa_merge_args {
  * (data and strides) — to accumulate into partial 0; the result is bitwise
  * the same as into separate buffers. Any other overlap of an output with
  * an input or with the other output is SDPA_ERR_OVERLAP. Allocates
- * nothing. */
+ * nothing. Returns SDPA_OK on success. See sdpa_merge(3). */
 SDPA_API int sdpa_merge(sdpa_ctx *ctx, const sdpa_merge_args *args);
 
 /* ------------------------------------------------------------------------ */
@@ -759,7 +797,7 @@ typedef struct sdpa_mha_backward_args {
  * error, those of the recomputed attention included (a fully masked row,
  * SDPA_ERR_NONFINITE), is found before any output is written: outputs are
  * untouched on any error. A repeated call of the same shape allocates
- * nothing. */
+ * nothing. Returns SDPA_OK or a status code. See sdpa_mha_backward(3). */
 SDPA_API int sdpa_mha_backward(sdpa_ctx *ctx,
                                const sdpa_mha_backward_args *args);
 

@@ -1,7 +1,7 @@
 /*
  * sdpa experiment scale — the controlled experiment on the attention scale
  * of exercise F5 of the university textbook unit "32.2 Scaled dot-product
- * attention" (Hungarian), run with the library (docs/sdpa.1, docs/TOOL.md).
+ * attention" (Hungarian), run with the library (docs/man/sdpa.1, docs/TOOL.md).
  *
  * Task: a lag copy. An instance is T = 16 tokens drawn uniformly from a
  * vocabulary of 16; the target at position t is the token at t - k (k = 2

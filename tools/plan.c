@@ -1,6 +1,6 @@
 /*
  * sdpa plan — what one call costs and holds, without running it
- * (docs/sdpa.1).
+ * (docs/man/sdpa.1).
  *
  * flops: 2 · N · Hq · (allowed scores) · (Dk + Dv), the allowed scores of
  * one (batch item, head) counted exactly for the causal modes (no kv_lens,

@@ -1,5 +1,5 @@
 /*
- * sdpa — the libsdpa command-line tool (man page: docs/sdpa.1).
+ * sdpa — the libsdpa command-line tool (man page: docs/man/sdpa.1).
  *
  *   sdpa demo        the two-token reference example of docs/SEMANTICS.md,
  *                    unmasked and causal

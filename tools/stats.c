@@ -2,7 +2,8 @@
  * sdpa stats — the experiment on the 1/sqrt(dk) scale of the blog post
  * "چطور توجه کار می‌کند: جذر d_k و هزینه‌ی n×n"
  * ("How attention works: the square root of d_k and the cost of n×n", Persian,
- * read 27 September 2026), rerun with the library (docs/TOOL.md, docs/sdpa.1).
+ * read 27 September 2026), rerun with the library (docs/TOOL.md,
+ * docs/man/sdpa.1).
  *
  * For each seed s = 1..S and each dk: Q and K, n × dk, i.i.d. standard
  * normal from SplitMix64 seeded with s (Q's entries first, row by row, then

@@ -181,25 +181,34 @@ typedef struct sdpa_mpi_args {
  * one longer. BALANCED: cut into 2·ranks stripes the same way; stripes
  * rank and 2·ranks-1-rank. SDPA_ERR_BAD_OPTION_VALUE for an unknown layout,
  * SDPA_ERR_BAD_DIM when rank is outside [0, ranks) or seq_len < ranks (a
- * rank would hold nothing), SDPA_ERR_NULL_POINTER; nothing written then. */
+ * rank would hold nothing), SDPA_ERR_NULL_POINTER; nothing written then.
+ * Returns SDPA_OK on success. See sdpa_mpi_shard(3). */
 SDPA_MPI_API int sdpa_mpi_shard(int layout, int64_t seq_len, int rank,
                                 int ranks, int64_t offset[2],
                                 int64_t length[2]);
 
-/* Context-parallel self-attention (ring); collective over comm. */
+/* Context-parallel self-attention (ring attention, described at the top):
+ * each rank passes the query and K/V rows of its shard of the sequence;
+ * collective over comm. Returns SDPA_OK or a status code, the same on
+ * every rank (sdpa_mpi_last_error() has the failing rank's message). See
+ * sdpa_mpi_prefill(3). */
 SDPA_MPI_API int sdpa_mpi_prefill(sdpa_ctx *ctx, MPI_Comm comm,
                                   const sdpa_mpi_args *args);
 
-/* Sharded-KV attention of replicated queries (decode); collective. */
+/* Sharded-KV attention of replicated queries (decode, described at the
+ * top): each rank passes its key range, the same queries, and gets the same
+ * result; collective over comm. Returns SDPA_OK or a status code, the same
+ * on every rank; the outputs are written only on success. See
+ * sdpa_mpi_decode(3). */
 SDPA_MPI_API int sdpa_mpi_decode(sdpa_ctx *ctx, MPI_Comm comm,
                                  const sdpa_mpi_args *args);
 
 /* What the calling thread's last failed sdpa_mpi_* call said; "" after a
- * success. Never NULL. */
+ * success. Never NULL. See sdpa_mpi_last_error(3). */
 SDPA_MPI_API const char *sdpa_mpi_last_error(void);
 
 /* The loaded library's version, SDPA_MPI_VERSION_* as MAJOR·10000 +
- * MINOR·100 + PATCH. */
+ * MINOR·100 + PATCH. See sdpa_mpi_version_number(3). */
 SDPA_MPI_API unsigned sdpa_mpi_version_number(void);
 
 #ifdef __cplusplus
