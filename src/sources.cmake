@@ -1,10 +1,11 @@
 # The library's source files by folder (src/README.md is the map), included
 # by the top-level CMakeLists.txt, which defines the shared and static targets.
 set(SDPA_SOURCES
-    # core: the context, statuses, versioned structs
+    # core: the context, statuses, versioned structs, the tensor validator
     ${CMAKE_CURRENT_LIST_DIR}/core/context.c
     ${CMAKE_CURRENT_LIST_DIR}/core/status.c
     ${CMAKE_CURRENT_LIST_DIR}/core/struct_size.c
+    ${CMAKE_CURRENT_LIST_DIR}/core/tensor_check.c
     # forward: sdpa_forward's validate -> plan -> run
     ${CMAKE_CURRENT_LIST_DIR}/forward/api.c
     ${CMAKE_CURRENT_LIST_DIR}/forward/validate.c
@@ -23,8 +24,11 @@ set(SDPA_SOURCES
     # runtime: workers and the BLAS's threads
     ${CMAKE_CURRENT_LIST_DIR}/runtime/pool.c
     ${CMAKE_CURRENT_LIST_DIR}/runtime/blas_threads.c
-    # backward, merge, the layer and positions
+    # backward, merge, the layer and positions: validate -> plan -> run each
     ${CMAKE_CURRENT_LIST_DIR}/backward/backward.c
+    ${CMAKE_CURRENT_LIST_DIR}/backward/validate.c
+    ${CMAKE_CURRENT_LIST_DIR}/backward/plan.c
+    ${CMAKE_CURRENT_LIST_DIR}/backward/run.c
     ${CMAKE_CURRENT_LIST_DIR}/merge/merge.c
     ${CMAKE_CURRENT_LIST_DIR}/layer/layer_common.c
     ${CMAKE_CURRENT_LIST_DIR}/layer/layer.c

@@ -1,6 +1,6 @@
 /* The backward pass for one dtype (T/SUF, GEMM = cblas_?gemm); see
  * backward.c for the scheme. One work item is a set of (batch item, KV
- * head) pairs (sdpa_bwd_problem: one pair unless a broadcast makes their
+ * head) pairs (sdpa_bwd_plan: one pair unless a broadcast makes their
  * outputs shared); for each of its key blocks, every query tile of every
  * head of the group that sees the block runs through NAME(backward_tile). */
 #include "paths/row_terms_impl.h"
@@ -19,28 +19,33 @@ static void NAME(store_block)(const sdpa_view *view, int64_t b, int64_t hk,
     }
 }
 
-/* One query tile (rows i0 .. i0 + rows - 1 of head h) against the key block
- * [kb, kb + bk) of KV head hk: recompute S and P, then
- *   dV_blk += Pᵀ dO,  dP = dO V_blkᵀ,  dS = P ∘ (dP − D) (∘ the soft-cap's
- *   derivative),  dK_blk += scale · dSᵀ Q,  dQ += scale · dS K_blk,
- * every product over the runs of live keys only (keys no row of the tile
- * may see are never read). `parts` (BWD_KV, BWD_Q or both) says which
- * gradients it adds to: dV, dK and dbias, or dQ; S, P, dP and dS are the
- * same bits either way. */
-static int NAME(backward_tile)(const sdpa_bwd_problem *bp,
-                               const NAME(sdpa_row_kernels) * rk, char *scratch,
-                               int64_t b, int64_t h, int64_t hk, int64_t i0,
-                               int64_t rows, int64_t kb, int64_t bk,
-                               unsigned parts, sdpa_where *where)
+/* One tile's rows, keys and operands, as the steps of backward_tile
+ * share them. */
+typedef struct NAME(bwd_tile) {
+    int64_t b, h, hk, i0, rows, kb, bk;
+    int64_t a0, m;          /* the active rows [a0, a0 + m) of the tile */
+    int64_t klo, nk;        /* the union of their keys [klo, klo + nk) */
+    int64_t *start, *limit; /* each row's keys within the block */
+    uint8_t *live;          /* which of the nk keys some row may see */
+    int64_t live_count;
+    T *s, *dp, *dvec, *dk_acc, *dv_acc, *dq;
+    const T *q, *dout, *k, *v;
+    int64_t q_ld, do_ld, dq_ld, k_ld, v_ld, ld;
+} NAME(bwd_tile);
+
+/* Each row's keys within the block, the tile's active rows and the union
+ * of their keys, then the live ones among those; false when no row of the
+ * tile sees a key of the block. */
+static inline bool NAME(tile_keys)(const sdpa_bwd_problem *bp,
+                                   const sdpa_bwd_plan *pl, char *scratch,
+                                   NAME(bwd_tile) * t)
 {
     const sdpa_problem *p = &bp->p;
-    const int64_t dk = p->dim_k, dv = p->dim_v, ld = bp->score_ld;
-    int64_t *start = (int64_t *)(void *)(scratch + bp->off_range);
-    int64_t *limit = start + bp->block_q;
-    /* Each row's keys within the block; the tile's active rows [a0, a1)
-     * and the union of their keys [klo, khi). */
+    const int64_t b = t->b, i0 = t->i0, kb = t->kb, bk = t->bk;
+    int64_t *start = (int64_t *)(void *)(scratch + pl->off_range);
+    int64_t *limit = start + pl->block_q;
     int64_t a0 = -1, a1 = 0, klo = kb + bk, khi = kb;
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = 0; r < t->rows; r++) {
         int64_t s0 = sdpa_key_start(p, b, i0 + r);
         int64_t l0 = sdpa_key_limit(p, b, i0 + r);
         start[r] = s0 > kb ? s0 : kb;
@@ -54,168 +59,242 @@ static int NAME(backward_tile)(const sdpa_bwd_problem *bp,
         khi = limit[r] > khi ? limit[r] : khi;
     }
     if (a0 < 0)
-        return SDPA_OK;
-    const int64_t m = a1 - a0, nk = khi - klo;
-    uint8_t *live = (uint8_t *)(scratch + bp->off_live);
-    int64_t live_count = nk;
+        return false;
+    t->start = start;
+    t->limit = limit;
+    t->a0 = a0;
+    t->m = a1 - a0;
+    t->klo = klo;
+    t->nk = khi - klo;
+    t->live = (uint8_t *)(scratch + pl->off_live);
+    t->live_count = t->nk;
     if (p->mask.data || p->bias.data) {
         sdpa_row_block blk = {.batch = b,
-                              .head_kv = hk,
-                              .head_first = h,
+                              .head_kv = t->hk,
+                              .head_first = t->h,
                               .heads = 1,
                               .row_first = i0 + a0,
-                              .rows = m,
+                              .rows = t->m,
                               .key_begin = klo,
                               .key_end = khi};
-        live_count = sdpa_live_keys(p, &blk, klo, nk, live);
-        if (live_count == 0)
-            return SDPA_OK;
+        t->live_count = sdpa_live_keys(p, &blk, klo, t->nk, t->live);
+        if (t->live_count == 0)
+            return false;
     }
+    return true;
+}
 
-    T *s = (T *)(void *)(scratch + bp->off_s);
-    T *dp = (T *)(void *)(scratch + bp->off_dp);
-    T *dvec = (T *)(void *)(scratch + bp->off_d);
-    T *dk_acc = (T *)(void *)(scratch + bp->off_dk) + (klo - kb) * dk;
-    T *dv_acc = (T *)(void *)(scratch + bp->off_dv) + (klo - kb) * dv;
-    const T *q = AT(&p->q, b, h, i0 + a0);
-    const T *dout = AT(&bp->dout, b, h, i0 + a0);
-    T *dq = AT(&bp->dq, b, h, i0 + a0);
-    const T *k = AT(&p->k, b, hk, klo);
-    const T *v = AT(&p->v, b, hk, klo);
-    const int64_t q_ld = sdpa_row_stride(&p->q, dk);
-    const int64_t do_ld = sdpa_row_stride(&bp->dout, dv);
-    const int64_t dq_ld = sdpa_row_stride(&bp->dq, dk);
-    const int64_t k_ld = sdpa_row_stride(&p->k, dk);
-    const int64_t v_ld = sdpa_row_stride(&p->v, dv);
+/* The scratch regions and the operands' rows of the tile's active rows
+ * and keys. */
+static inline void NAME(tile_operands)(const sdpa_bwd_problem *bp,
+                                       const sdpa_bwd_plan *pl, char *scratch,
+                                       NAME(bwd_tile) * t)
+{
+    const sdpa_problem *p = &bp->p;
+    const int64_t dk = p->dim_k, dv = p->dim_v;
+    const int64_t b = t->b, h = t->h, hk = t->hk, row = t->i0 + t->a0;
+    t->ld = pl->score_ld;
+    t->s = (T *)(void *)(scratch + pl->off_s);
+    t->dp = (T *)(void *)(scratch + pl->off_dp);
+    t->dvec = (T *)(void *)(scratch + pl->off_d);
+    t->dk_acc = (T *)(void *)(scratch + pl->off_dk) + (t->klo - t->kb) * dk;
+    t->dv_acc = (T *)(void *)(scratch + pl->off_dv) + (t->klo - t->kb) * dv;
+    t->q = AT(&p->q, b, h, row);
+    t->dout = AT(&bp->dout, b, h, row);
+    t->dq = AT(&bp->dq, b, h, row);
+    t->k = AT(&p->k, b, hk, t->klo);
+    t->v = AT(&p->v, b, hk, t->klo);
+    t->q_ld = sdpa_row_stride(&p->q, dk);
+    t->do_ld = sdpa_row_stride(&bp->dout, dv);
+    t->dq_ld = sdpa_row_stride(&bp->dq, dk);
+    t->k_ld = sdpa_row_stride(&p->k, dk);
+    t->v_ld = sdpa_row_stride(&p->v, dv);
+}
+
+/* S = scale · Q Kᵀ and dP = dO Vᵀ over the live runs. */
+static inline void NAME(tile_scores)(const sdpa_problem *p,
+                                     const NAME(bwd_tile) * t)
+{
+    const int64_t dk = p->dim_k, dv = p->dim_v, ld = t->ld, nk = t->nk;
     const T scale = (T)p->scale;
-
-    /* S = scale · Q Kᵀ and dP = dO Vᵀ over the live runs */
-    for (int64_t j0 = 0, j1 = 0; sdpa_live_run(live, live_count, nk, &j0, &j1);
-         j0 = j1) {
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)(j1 - j0),
-             (int)dk, scale, q, (int)q_ld, k + j0 * k_ld, (int)k_ld, (T)0,
-             s + j0, (int)ld);
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)(j1 - j0),
-             (int)dv, (T)1, dout, (int)do_ld, v + j0 * v_ld, (int)v_ld, (T)0,
-             dp + j0, (int)ld);
+    T *s = t->s, *dp = t->dp;
+    for (int64_t j0 = 0, j1 = 0;
+         sdpa_live_run(t->live, t->live_count, nk, &j0, &j1); j0 = j1) {
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)t->m, (int)(j1 - j0),
+             (int)dk, scale, t->q, (int)t->q_ld, t->k + j0 * t->k_ld,
+             (int)t->k_ld, (T)0, s + j0, (int)ld);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)t->m, (int)(j1 - j0),
+             (int)dv, (T)1, t->dout, (int)t->do_ld, t->v + j0 * t->v_ld,
+             (int)t->v_ld, (T)0, dp + j0, (int)ld);
     }
     /* Dead keys' columns were not computed: any finite value does (they
      * are forbidden in every row, so P is 0 there). */
-    if (live_count < nk)
-        for (int64_t r = 0; r < m; r++)
+    if (t->live_count < nk)
+        for (int64_t r = 0; r < t->m; r++)
             for (int64_t j = 0; j < nk; j++)
-                if (!live[j])
+                if (!t->live[j])
                     s[r * ld + j] = dp[r * ld + j] = 0;
+}
 
+/* Row r of the tile's active rows: D_i = <dO_i, O_i>, P from S and the
+ * forward's lse (soft-cap, ALiBi, bias and mask as in the forward), then
+ * dS = P ∘ (dP − D) in dP's place (dbias += dS with BWD_KV), ∘ the
+ * soft-cap's derivative; P and dS are 0 outside the row's keys.
+ * SDPA_ERR_NONFINITE (with *where) for a NaN or infinite logit, or a bad
+ * lse. */
+static inline int NAME(tile_row)(const sdpa_bwd_problem *bp,
+                                 const sdpa_bwd_plan *pl,
+                                 const NAME(sdpa_row_kernels) * rk,
+                                 char *scratch, const NAME(bwd_tile) * t,
+                                 int64_t r, unsigned parts, sdpa_where *where)
+{
+    const sdpa_problem *p = &bp->p;
+    const int64_t b = t->b, h = t->h, klo = t->klo, nk = t->nk;
+    const int64_t i = t->i0 + t->a0 + r, dv = p->dim_v;
     const T cap = (T)p->softcap;
-    T *capped = (T *)(void *)(scratch + bp->off_t);
-    for (int64_t r = 0; r < m; r++) {
-        const int64_t i = i0 + a0 + r;
-        /* D_i = <dO_i, O_i> */
-        const T *o_row = AT(&p->out, b, h, i);
-        const T *do_row = dout + r * do_ld;
-        T d_i = 0;
-        for (int64_t c = 0; c < dv; c++)
-            d_i += do_row[c] * o_row[c];
-        dvec[r] = d_i;
+    T *capped = (T *)(void *)(scratch + pl->off_t);
+    const T *o_row = AT(&p->out, b, h, i);
+    const T *do_row = t->dout + r * t->do_ld;
+    T d_i = 0;
+    for (int64_t c = 0; c < dv; c++)
+        d_i += do_row[c] * o_row[c];
+    t->dvec[r] = d_i;
 
-        T *x = s + r * ld, *g = dp + r * ld;
-        int64_t lo = start[a0 + r] - klo;
-        int64_t len =
-            limit[a0 + r] > start[a0 + r] ? limit[a0 + r] - start[a0 + r] : 0;
-        if (len == 0)
-            lo = 0;
-        const T lse = *AT(&p->lse, b, h, i);
-        T *xr = x + lo;
-        if (lse != lse || lse == (T)INFINITY) {
+    T *x = t->s + r * t->ld, *g = t->dp + r * t->ld;
+    const int64_t row_start = t->start[t->a0 + r];
+    const int64_t row_limit = t->limit[t->a0 + r];
+    int64_t lo = row_start - klo;
+    int64_t len = row_limit > row_start ? row_limit - row_start : 0;
+    if (len == 0)
+        lo = 0;
+    const T lse = *AT(&p->lse, b, h, i);
+    T *xr = x + lo;
+    if (lse != lse || lse == (T)INFINITY) {
+        *where = (sdpa_where){b, h, i};
+        return SDPA_ERR_NONFINITE;
+    }
+    if (len > 0) {
+        if (cap > 0) {
+            rk->softcap(xr, len, cap);
+            for (int64_t j = 0; j < len; j++)
+                capped[j] = xr[j] / cap;
+        }
+        if (p->alibi_slopes)
+            NAME(add_alibi)
+        (xr, len, (T)p->alibi_slopes[h], klo + lo - sdpa_diagonal(p, b, i));
+        const T *bias =
+            p->bias.data ? sdpa_bias_keys(p, b, h, i, klo + lo, len,
+                                          (T *)(void *)(scratch + pl->off_bias))
+                         : NULL;
+        const uint8_t *mask =
+            p->mask.data ? sdpa_mask_keys(p, b, h, i, klo + lo, len,
+                                          (uint8_t *)(scratch + pl->off_mask))
+                         : NULL;
+        T mx = rk->mask_max(xr, len, bias, mask, p->mask_nonzero_allows);
+        if (mx != mx || mx == (T)INFINITY ||
+            (lse == (T)-INFINITY && mx != (T)-INFINITY)) {
             *where = (sdpa_where){b, h, i};
             return SDPA_ERR_NONFINITE;
         }
-        if (len > 0) {
-            if (cap > 0) {
-                rk->softcap(xr, len, cap);
-                for (int64_t j = 0; j < len; j++)
-                    capped[j] = xr[j] / cap;
-            }
-            if (p->alibi_slopes)
-                NAME(add_alibi)
-            (xr, len, (T)p->alibi_slopes[h], klo + lo - sdpa_diagonal(p, b, i));
-            const T *bias =
-                p->bias.data
-                    ? sdpa_bias_keys(p, b, h, i, klo + lo, len,
-                                     (T *)(void *)(scratch + bp->off_bias))
-                    : NULL;
-            const uint8_t *mask =
-                p->mask.data
-                    ? sdpa_mask_keys(p, b, h, i, klo + lo, len,
-                                     (uint8_t *)(scratch + bp->off_mask))
-                    : NULL;
-            T mx = rk->mask_max(xr, len, bias, mask, p->mask_nonzero_allows);
-            if (mx != mx || mx == (T)INFINITY ||
-                (lse == (T)-INFINITY && mx != (T)-INFINITY)) {
-                *where = (sdpa_where){b, h, i};
-                return SDPA_ERR_NONFINITE;
-            }
-            if (lse == (T)-INFINITY) /* an empty row: no gradient */
-                len = 0;
-            else
-                (void)rk->exp_sum(xr, len, lse);
-        }
-        /* P is 0 outside the row's keys; dS = P ∘ (dP − D) there. */
-        for (int64_t j = 0; j < lo; j++)
-            x[j] = g[j] = 0;
-        for (int64_t j = lo + len; j < nk; j++)
-            x[j] = g[j] = 0;
-        T *gr = g + lo;
-        if (bp->dbias.data && (parts & BWD_KV)) {
-            T *db = AT(&bp->dbias, b, h, i);
-            const int64_t step = bp->dbias.stride[3];
-            for (int64_t j = 0; j < len; j++) {
-                T dz = xr[j] * (gr[j] - d_i);
-                gr[j] = dz;
-                if (xr[j] != 0)
-                    db[(klo + lo + j) * step] += dz;
-            }
-        } else {
-            for (int64_t j = 0; j < len; j++)
-                gr[j] = xr[j] * (gr[j] - d_i);
-        }
-        if (cap > 0)
-            for (int64_t j = 0; j < len; j++)
-                gr[j] *= (1 - capped[j]) * (1 + capped[j]);
+        if (lse == (T)-INFINITY) /* an empty row: no gradient */
+            len = 0;
+        else
+            (void)rk->exp_sum(xr, len, lse);
     }
+    /* P is 0 outside the row's keys; dS = P ∘ (dP − D) there. */
+    for (int64_t j = 0; j < lo; j++)
+        x[j] = g[j] = 0;
+    for (int64_t j = lo + len; j < nk; j++)
+        x[j] = g[j] = 0;
+    T *gr = g + lo;
+    if (bp->dbias.data && (parts & BWD_KV)) {
+        T *db = AT(&bp->dbias, b, h, i);
+        const int64_t step = bp->dbias.stride[3];
+        for (int64_t j = 0; j < len; j++) {
+            T dz = xr[j] * (gr[j] - d_i);
+            gr[j] = dz;
+            if (xr[j] != 0)
+                db[(klo + lo + j) * step] += dz;
+        }
+    } else {
+        for (int64_t j = 0; j < len; j++)
+            gr[j] = xr[j] * (gr[j] - d_i);
+    }
+    if (cap > 0)
+        for (int64_t j = 0; j < len; j++)
+            gr[j] *= (1 - capped[j]) * (1 + capped[j]);
+    return SDPA_OK;
+}
 
-    for (int64_t j0 = 0, j1 = 0; sdpa_live_run(live, live_count, nk, &j0, &j1);
-         j0 = j1) {
+/* dV_blk += Pᵀ dO and dK_blk += scale · dSᵀ Q (BWD_KV), dQ += scale ·
+ * dS K_blk (BWD_Q), over the live runs. */
+static inline void NAME(tile_products)(const sdpa_problem *p,
+                                       const NAME(bwd_tile) * t, unsigned parts)
+{
+    const int64_t dk = p->dim_k, dv = p->dim_v, ld = t->ld;
+    const T scale = (T)p->scale;
+    for (int64_t j0 = 0, j1 = 0;
+         sdpa_live_run(t->live, t->live_count, t->nk, &j0, &j1); j0 = j1) {
         const int n = (int)(j1 - j0);
         if (parts & BWD_KV) {
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)dv, (int)m,
-                 (T)1, s + j0, (int)ld, dout, (int)do_ld, (T)1,
-                 dv_acc + j0 * dv, (int)dv);
-            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)dk, (int)m,
-                 scale, dp + j0, (int)ld, q, (int)q_ld, (T)1, dk_acc + j0 * dk,
-                 (int)dk);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)dv, (int)t->m,
+                 (T)1, t->s + j0, (int)ld, t->dout, (int)t->do_ld, (T)1,
+                 t->dv_acc + j0 * dv, (int)dv);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, n, (int)dk, (int)t->m,
+                 scale, t->dp + j0, (int)ld, t->q, (int)t->q_ld, (T)1,
+                 t->dk_acc + j0 * dk, (int)dk);
         }
         if (parts & BWD_Q)
-            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)dk, n,
-                 scale, dp + j0, (int)ld, k + j0 * k_ld, (int)k_ld, (T)1, dq,
-                 (int)dq_ld);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)t->m, (int)dk,
+                 n, scale, t->dp + j0, (int)ld, t->k + j0 * t->k_ld,
+                 (int)t->k_ld, (T)1, t->dq, (int)t->dq_ld);
     }
+}
+
+/* One query tile (rows i0 .. i0 + rows - 1 of head h) against the key block
+ * [kb, kb + bk) of KV head hk: recompute S and P, then
+ *   dV_blk += Pᵀ dO,  dP = dO V_blkᵀ,  dS = P ∘ (dP − D) (∘ the soft-cap's
+ *   derivative),  dK_blk += scale · dSᵀ Q,  dQ += scale · dS K_blk,
+ * every product over the runs of live keys only (keys no row of the tile
+ * may see are never read). `parts` (BWD_KV, BWD_Q or both) says which
+ * gradients it adds to: dV, dK and dbias, or dQ; S, P, dP and dS are the
+ * same bits either way. */
+static int NAME(backward_tile)(const sdpa_bwd_problem *bp,
+                               const sdpa_bwd_plan *pl,
+                               const NAME(sdpa_row_kernels) * rk, char *scratch,
+                               int64_t b, int64_t h, int64_t hk, int64_t i0,
+                               int64_t rows, int64_t kb, int64_t bk,
+                               unsigned parts, sdpa_where *where)
+{
+    NAME(bwd_tile)
+    t = {.b = b, .h = h, .hk = hk, .i0 = i0, .rows = rows, .kb = kb, .bk = bk};
+    if (!NAME(tile_keys)(bp, pl, scratch, &t))
+        return SDPA_OK;
+    NAME(tile_operands)(bp, pl, scratch, &t);
+    NAME(tile_scores)(&bp->p, &t);
+    for (int64_t r = 0; r < t.m; r++) {
+        int status = NAME(tile_row)(bp, pl, rk, scratch, &t, r, parts, where);
+        if (status != SDPA_OK)
+            return status;
+    }
+    NAME(tile_products)(&bp->p, &t, parts);
     return SDPA_OK;
 }
 
 /* Rows in query tile i0 (of any head). */
-static int64_t NAME(tile_rows)(const sdpa_bwd_problem *bp, int64_t i0)
+static int64_t NAME(tile_rows)(const sdpa_bwd_problem *bp,
+                               const sdpa_bwd_plan *pl, int64_t i0)
 {
     const int64_t left = bp->p.len_q - i0;
-    return left < bp->block_q ? left : bp->block_q;
+    return left < pl->block_q ? left : pl->block_q;
 }
 
 /* Keys in key block kb. */
-static int64_t NAME(block_keys)(const sdpa_bwd_problem *bp, int64_t kb)
+static int64_t NAME(block_keys)(const sdpa_bwd_problem *bp,
+                                const sdpa_bwd_plan *pl, int64_t kb)
 {
     const int64_t left = bp->p.len_k - kb;
-    return left < bp->block_k ? left : bp->block_k;
+    return left < pl->block_k ? left : pl->block_k;
 }
 
 /* Whether query tile i0 of batch item b sees key block [kb, kb + bk) at
@@ -232,21 +311,21 @@ static int NAME(backward_item)(const sdpa_problem *problem,
                                const sdpa_plan *plan, int kernel, void *scratch,
                                int64_t item, sdpa_where *where)
 {
-    (void)plan;
     const sdpa_bwd_problem *bp =
         (const sdpa_bwd_problem *)(const void *)problem;
+    const sdpa_bwd_plan *pl = (const sdpa_bwd_plan *)(const void *)plan;
     const sdpa_problem *p = &bp->p;
     const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
-    const int64_t head_items = p->heads_kv / bp->item_heads;
-    const int64_t hk0 = item % head_items * bp->item_heads;
-    const int64_t b0 = item / head_items * bp->item_batches;
+    const int64_t head_items = p->heads_kv / pl->item_heads;
+    const int64_t hk0 = item % head_items * pl->item_heads;
+    const int64_t b0 = item / head_items * pl->item_batches;
     const int64_t dk = p->dim_k, dv = p->dim_v;
-    T *dk_acc = (T *)(void *)((char *)scratch + bp->off_dk);
-    T *dv_acc = (T *)(void *)((char *)scratch + bp->off_dv);
+    T *dk_acc = (T *)(void *)((char *)scratch + pl->off_dk);
+    T *dv_acc = (T *)(void *)((char *)scratch + pl->off_dv);
 
     /* dq is accumulated in place, key block by key block */
-    for (int64_t b = b0; b < b0 + bp->item_batches; b++)
-        for (int64_t h = hk0 * p->group; h < (hk0 + bp->item_heads) * p->group;
+    for (int64_t b = b0; b < b0 + pl->item_batches; b++)
+        for (int64_t h = hk0 * p->group; h < (hk0 + pl->item_heads) * p->group;
              h++)
             for (int64_t i = 0; i < p->len_q; i++) {
                 T *row = AT(&bp->dq, b, h, i);
@@ -257,12 +336,12 @@ static int NAME(backward_item)(const sdpa_problem *problem,
     /* With k or v broadcast over N, one key block's dK (dV) sums over
      * every batch item: the batch loop runs inside the key loop. */
     const bool shared = bp->k_bcast || bp->v_bcast;
-    const int64_t outer = shared ? 1 : bp->item_batches;
-    const int64_t inner = shared ? bp->item_batches : 1;
-    for (int64_t hk = hk0; hk < hk0 + bp->item_heads; hk++)
+    const int64_t outer = shared ? 1 : pl->item_batches;
+    const int64_t inner = shared ? pl->item_batches : 1;
+    for (int64_t hk = hk0; hk < hk0 + pl->item_heads; hk++)
         for (int64_t bo = 0; bo < outer; bo++)
-            for (int64_t kb = 0; kb < p->len_k; kb += bp->block_k) {
-                int64_t bk = NAME(block_keys)(bp, kb);
+            for (int64_t kb = 0; kb < p->len_k; kb += pl->block_k) {
+                int64_t bk = NAME(block_keys)(bp, pl, kb);
                 for (int64_t x = 0; x < bk * dk; x++)
                     dk_acc[x] = 0;
                 for (int64_t x = 0; x < bk * dv; x++)
@@ -271,12 +350,12 @@ static int NAME(backward_item)(const sdpa_problem *problem,
                     int64_t b = b0 + bo + bi;
                     for (int64_t h = hk * p->group; h < (hk + 1) * p->group;
                          h++)
-                        for (int64_t i0 = 0; i0 < p->len_q; i0 += bp->block_q) {
-                            int64_t rows = NAME(tile_rows)(bp, i0);
+                        for (int64_t i0 = 0; i0 < p->len_q; i0 += pl->block_q) {
+                            int64_t rows = NAME(tile_rows)(bp, pl, i0);
                             if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
                                 continue;
                             int status = NAME(backward_tile)(
-                                bp, rk, scratch, b, h, hk, i0, rows, kb, bk,
+                                bp, pl, rk, scratch, b, h, hk, i0, rows, kb, bk,
                                 BWD_KV | BWD_Q, where);
                             if (status != SDPA_OK)
                                 return status;
@@ -295,7 +374,7 @@ static int NAME(backward_item)(const sdpa_problem *problem,
     return SDPA_OK;
 }
 
-/* The split backward (backward.c, bp->split), for calls with fewer
+/* The split backward (plan.c, sdpa_bwd_plan.split), for calls with fewer
  * (batch item, KV head) pairs than workers and no broadcast gradient:
  * the tiles of backward_item in two passes that each spread over the
  * workers. Every tile runs with the same inputs in the same order as in
@@ -308,28 +387,28 @@ static int NAME(backward_kv_item)(const sdpa_problem *problem,
                                   void *scratch, int64_t item,
                                   sdpa_where *where)
 {
-    (void)plan;
     const sdpa_bwd_problem *bp =
         (const sdpa_bwd_problem *)(const void *)problem;
+    const sdpa_bwd_plan *pl = (const sdpa_bwd_plan *)(const void *)plan;
     const sdpa_problem *p = &bp->p;
     const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
-    const int64_t pair = item / bp->key_blocks;
+    const int64_t pair = item / pl->key_blocks;
     const int64_t hk = pair % p->heads_kv, b = pair / p->heads_kv;
-    const int64_t kb = item % bp->key_blocks * bp->block_k;
-    const int64_t bk = NAME(block_keys)(bp, kb);
+    const int64_t kb = item % pl->key_blocks * pl->block_k;
+    const int64_t bk = NAME(block_keys)(bp, pl, kb);
     const int64_t dk = p->dim_k, dv = p->dim_v;
-    T *dk_acc = (T *)(void *)((char *)scratch + bp->off_dk);
-    T *dv_acc = (T *)(void *)((char *)scratch + bp->off_dv);
+    T *dk_acc = (T *)(void *)((char *)scratch + pl->off_dk);
+    T *dv_acc = (T *)(void *)((char *)scratch + pl->off_dv);
     for (int64_t x = 0; x < bk * dk; x++)
         dk_acc[x] = 0;
     for (int64_t x = 0; x < bk * dv; x++)
         dv_acc[x] = 0;
     for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
-        for (int64_t i0 = 0; i0 < p->len_q; i0 += bp->block_q) {
-            int64_t rows = NAME(tile_rows)(bp, i0);
+        for (int64_t i0 = 0; i0 < p->len_q; i0 += pl->block_q) {
+            int64_t rows = NAME(tile_rows)(bp, pl, i0);
             if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
                 continue;
-            int status = NAME(backward_tile)(bp, rk, scratch, b, h, hk, i0,
+            int status = NAME(backward_tile)(bp, pl, rk, scratch, b, h, hk, i0,
                                              rows, kb, bk, BWD_KV, where);
             if (status != SDPA_OK)
                 return status;
@@ -345,27 +424,27 @@ static int NAME(backward_q_item)(const sdpa_problem *problem,
                                  const sdpa_plan *plan, int kernel,
                                  void *scratch, int64_t item, sdpa_where *where)
 {
-    (void)plan;
     const sdpa_bwd_problem *bp =
         (const sdpa_bwd_problem *)(const void *)problem;
+    const sdpa_bwd_plan *pl = (const sdpa_bwd_plan *)(const void *)plan;
     const sdpa_problem *p = &bp->p;
     const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
-    const int64_t pair = item / bp->query_tiles;
+    const int64_t pair = item / pl->query_tiles;
     const int64_t h = pair % p->heads_q, b = pair / p->heads_q;
     const int64_t hk = h / p->group;
-    const int64_t i0 = item % bp->query_tiles * bp->block_q;
-    const int64_t rows = NAME(tile_rows)(bp, i0);
+    const int64_t i0 = item % pl->query_tiles * pl->block_q;
+    const int64_t rows = NAME(tile_rows)(bp, pl, i0);
     for (int64_t i = i0; i < i0 + rows; i++) {
         T *row = AT(&bp->dq, b, h, i);
         for (int64_t c = 0; c < p->dim_k; c++)
             row[c] = 0;
     }
-    for (int64_t kb = 0; kb < p->len_k; kb += bp->block_k) {
-        int64_t bk = NAME(block_keys)(bp, kb);
+    for (int64_t kb = 0; kb < p->len_k; kb += pl->block_k) {
+        int64_t bk = NAME(block_keys)(bp, pl, kb);
         if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
             continue;
-        int status = NAME(backward_tile)(bp, rk, scratch, b, h, hk, i0, rows,
-                                         kb, bk, BWD_Q, where);
+        int status = NAME(backward_tile)(bp, pl, rk, scratch, b, h, hk, i0,
+                                         rows, kb, bk, BWD_Q, where);
         if (status != SDPA_OK)
             return status;
     }

@@ -23,4 +23,26 @@ static inline bool sdpa_add_size(size_t a, size_t b, size_t *r)
     return true;
 }
 
+/* Lays out `count` regions of counts[i] elements of sizes[i] bytes one
+ * after the other, each at a multiple of `align`, from offset 0: sets
+ * *offsets[i] and *total (the end, aligned); false on overflow. */
+static inline bool sdpa_place_regions(int count, const size_t counts[],
+                                      const size_t sizes[],
+                                      size_t *const offsets[], size_t align,
+                                      size_t *total)
+{
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        size_t bytes;
+        *offsets[i] = at;
+        if (!sdpa_mul_size(counts[i], sizes[i], &bytes) ||
+            !sdpa_add_size(at, bytes, &at) ||
+            !sdpa_add_size(at, align - 1, &at))
+            return false;
+        at = at / align * align;
+    }
+    *total = at;
+    return true;
+}
+
 #endif /* SDPA_CORE_CHECKED_H */

@@ -113,14 +113,14 @@ const char *sdpa_ctx_last_error(const sdpa_ctx *ctx)
     return ctx ? ctx->message : "no context (ctx is NULL)";
 }
 
-static int grow(sdpa_ctx *ctx, sdpa_buffer *buf, size_t bytes)
+static int grow(sdpa_ctx *ctx, const char *who, sdpa_buffer *buf, size_t bytes)
 {
     if (buf->size >= bytes)
         return SDPA_OK;
     void *grown = sdpa_alloc(ctx, bytes);
     if (!grown)
         return sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
-                         "sdpa_forward: cannot allocate %zu bytes of scratch",
+                         "%s: cannot allocate %zu bytes of scratch", who,
                          bytes);
     sdpa_free(ctx, buf->ptr, buf->size);
     buf->ptr = grown;
@@ -128,23 +128,23 @@ static int grow(sdpa_ctx *ctx, sdpa_buffer *buf, size_t bytes)
     return SDPA_OK;
 }
 
-int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
-                         size_t shared_bytes)
+int sdpa_scratch_reserve(sdpa_ctx *ctx, const char *who, int workers,
+                         size_t worker_bytes, size_t shared_bytes)
 {
-    int status = grow(ctx, &ctx->shared, shared_bytes);
+    int status = grow(ctx, who, &ctx->shared, shared_bytes);
     for (int i = 0; status == SDPA_OK && i < workers; i++)
-        status = grow(ctx, &ctx->scratch[i], worker_bytes);
+        status = grow(ctx, who, &ctx->scratch[i], worker_bytes);
     return status;
 }
 
-int sdpa_layer_reserve(sdpa_ctx *ctx, size_t bytes)
+int sdpa_layer_reserve(sdpa_ctx *ctx, const char *who, size_t bytes)
 {
-    return grow(ctx, &ctx->layer, bytes);
+    return grow(ctx, who, &ctx->layer, bytes);
 }
 
-int sdpa_claims_reserve(sdpa_ctx *ctx, size_t bytes)
+int sdpa_claims_reserve(sdpa_ctx *ctx, const char *who, size_t bytes)
 {
-    return grow(ctx, &ctx->claims, bytes);
+    return grow(ctx, who, &ctx->claims, bytes);
 }
 
 /* The name of an option id as the header spells it, for messages. */

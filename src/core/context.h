@@ -60,13 +60,14 @@ void sdpa_free(const sdpa_ctx *ctx, void *ptr, size_t size);
 
 /* Makes the scratch of workers [0, workers) at least worker_bytes large and
  * the shared buffer at least shared_bytes, allocating only what is missing
- * (a second call with the same shape allocates nothing). */
-int sdpa_scratch_reserve(sdpa_ctx *ctx, int workers, size_t worker_bytes,
-                         size_t shared_bytes);
+ * (a second call with the same shape allocates nothing). `who`, the entry
+ * point, starts the message of a failure (also below). */
+int sdpa_scratch_reserve(sdpa_ctx *ctx, const char *who, int workers,
+                         size_t worker_bytes, size_t shared_bytes);
 /* Makes ctx->layer at least bytes large (allocating only when it is
  * smaller). */
-int sdpa_layer_reserve(sdpa_ctx *ctx, size_t bytes);
+int sdpa_layer_reserve(sdpa_ctx *ctx, const char *who, size_t bytes);
 /* Likewise ctx->claims. */
-int sdpa_claims_reserve(sdpa_ctx *ctx, size_t bytes);
+int sdpa_claims_reserve(sdpa_ctx *ctx, const char *who, size_t bytes);
 
 #endif /* SDPA_CORE_CONTEXT_H */

@@ -21,4 +21,10 @@
 int sdpa_struct_import(sdpa_ctx *ctx, const char *what, const void *caller,
                        size_t v1_size, void *local, size_t local_size);
 
+/* The start of an entry point: ctx NULL is SDPA_ERR_NULL_POINTER without a
+ * message, ctx's message is cleared, args NULL fails ("who: args is NULL"),
+ * and *args is read into *local by sdpa_struct_import above ("who: args"). */
+int sdpa_import_args(sdpa_ctx *ctx, const char *who, const void *args,
+                     size_t v1_size, void *local, size_t local_size);
+
 #endif /* SDPA_CORE_STRUCT_IMPORT_H */

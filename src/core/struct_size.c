@@ -8,6 +8,7 @@
 #include "core/context.h"
 #include "core/struct_import.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int sdpa_struct_import(sdpa_ctx *ctx, const char *what, const void *caller,
@@ -31,4 +32,17 @@ int sdpa_struct_import(sdpa_ctx *ctx, const char *what, const void *caller,
     memset(local, 0, local_size);
     memcpy(local, caller, size < local_size ? size : local_size);
     return SDPA_OK;
+}
+
+int sdpa_import_args(sdpa_ctx *ctx, const char *who, const void *args,
+                     size_t v1_size, void *local, size_t local_size)
+{
+    if (!ctx)
+        return SDPA_ERR_NULL_POINTER;
+    ctx->message[0] = '\0';
+    if (!args)
+        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, "%s: args is NULL", who);
+    char what[64];
+    (void)snprintf(what, sizeof what, "%s: args", who);
+    return sdpa_struct_import(ctx, what, args, v1_size, local, local_size);
 }

@@ -9,6 +9,8 @@
 #include "runtime/pool.h"
 #include "paths/paths.h"
 
+#define WHO "sdpa_forward"
+
 static int prepare(sdpa_ctx *ctx, const sdpa_forward_args *args,
                    sdpa_problem *problem, sdpa_plan *plan)
 {
@@ -23,19 +25,19 @@ static int execute(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan,
 {
     switch (plan->path) {
     case SDPA_PATH_MATERIALISED:
-        return sdpa_run_items(ctx, problem, plan, plan->work_items, 1,
+        return sdpa_run_items(ctx, WHO, problem, plan, plan->work_items, 1,
                               sdpa_materialised_item, where);
     case SDPA_PATH_TILED:
-        return sdpa_run_items(ctx, problem, plan, plan->work_items, 1,
+        return sdpa_run_items(ctx, WHO, problem, plan, plan->work_items, 1,
                               sdpa_tiled_item, where);
     default: {
         plan->shared = ctx->shared.ptr;
         int status =
-            sdpa_run_items(ctx, problem, plan, plan->work_items,
+            sdpa_run_items(ctx, WHO, problem, plan, plan->work_items,
                            plan->visit_rows, sdpa_decode_chunk_item, where);
         if (status != SDPA_OK)
             return status;
-        return sdpa_run_items(ctx, problem, plan, plan->merge_items, 1,
+        return sdpa_run_items(ctx, WHO, problem, plan, plan->merge_items, 1,
                               sdpa_decode_merge_item, where);
     }
     }
@@ -47,10 +49,10 @@ int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
     sdpa_plan plan;
     int status = prepare(ctx, args, &problem, &plan);
     if (status == SDPA_OK)
-        status = sdpa_scratch_reserve(ctx, plan.reserve_workers,
+        status = sdpa_scratch_reserve(ctx, WHO, plan.reserve_workers,
                                       plan.worker_bytes, plan.shared_bytes);
     if (status == SDPA_OK)
-        status = sdpa_pool_reserve(ctx, plan.reserve_workers);
+        status = sdpa_pool_reserve(ctx, WHO, plan.reserve_workers);
     if (status != SDPA_OK)
         return status;
     sdpa_where where = {-1, -1, -1};

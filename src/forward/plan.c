@@ -186,18 +186,8 @@ static bool lay_out(sdpa_plan *plan, const sdpa_problem *p, size_t q, size_t s,
         &plan->off_l,    &plan->off_a, &plan->off_mask, &plan->off_bias,
         &plan->off_live, &plan->off_t, &plan->off_e,    &plan->off_kt,
         &plan->off_vt};
-    size_t at = 0;
-    for (int i = 0; i < REGIONS; i++) {
-        size_t bytes;
-        *offsets[i] = at;
-        if (!sdpa_mul_size(counts[i], sizes[i], &bytes) ||
-            !sdpa_add_size(at, bytes, &at) ||
-            !sdpa_add_size(at, SDPA_ALIGN - 1, &at))
-            return false;
-        at = at / SDPA_ALIGN * SDPA_ALIGN;
-    }
-    plan->worker_bytes = at;
-    return true;
+    return sdpa_place_regions(REGIONS, counts, sizes, offsets, SDPA_ALIGN,
+                              &plan->worker_bytes);
 }
 
 /* The path to run: an SDPA_PATH_* value, SDPA_PATH_DECODE_BLAS included;

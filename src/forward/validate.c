@@ -9,6 +9,7 @@
 #include "core/problem.h"
 #include "forward/validate.h"
 #include "forward/key_range.h"
+#include "core/tensor_check.h"
 
 #include <float.h>
 #include <limits.h>
@@ -19,161 +20,6 @@
     ((uint32_t)(SDPA_FLAG_MASK_NONZERO_ALLOWS | SDPA_FLAG_WINDOW))
 
 enum { N_DIM, H_DIM, T_DIM, D_DIM };
-
-/* An extent a tensor must have, and the argument that fixed it. */
-typedef struct extent {
-    int64_t value;
-    const char *source; /* e.g. "q.shape[2] (Tq)" */
-} extent;
-
-/* How each tensor argument is checked. */
-typedef struct tensor_rule {
-    const char *name;
-    const sdpa_tensor *tensor;
-    sdpa_view *view;
-    bool required;
-    bool is_output;
-    bool broadcastable; /* mask, bias: any dimension may have extent 1 */
-    bool rows_for_blas; /* row stride is a BLAS leading dimension */
-    bool any_inner;     /* mask, bias: any non-negative stride[3] (they are
-                           never BLAS operands: rows are gathered) */
-    bool inner_unused;  /* lse: one value per row, stride[3] ignored */
-    size_t elem_size;
-    extent expect[4]; /* exact extents; broadcastable dims may also be 1 */
-} tensor_rule;
-
-static const char *const dim_names[4] = {"N", "H", "T", "D"};
-
-static int check_shape(sdpa_ctx *ctx, const tensor_rule *r)
-{
-    for (int d = 0; d < 4; d++) {
-        int64_t got = r->tensor->shape[d];
-        if (got <= 0)
-            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
-                             "sdpa_forward: %s.shape[%d] (%s) is %lld, must "
-                             "be positive",
-                             r->name, d, dim_names[d], (long long)got);
-    }
-    for (int d = 0; d < 4; d++) {
-        int64_t got = r->tensor->shape[d];
-        const extent *want = &r->expect[d];
-        if (got != want->value && !(r->broadcastable && got == 1))
-            return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                             "sdpa_forward: %s.shape[%d] is %lld, but %s is "
-                             "%lld: they must agree%s",
-                             r->name, d, (long long)got, want->source,
-                             (long long)want->value,
-                             r->broadcastable ? " (or be 1 to broadcast)" : "");
-    }
-    return SDPA_OK;
-}
-
-/* Span of a view in elements: the largest offset + 1 (all strides >= 0). */
-static bool span_elements(const sdpa_tensor *t, const int64_t stride[4],
-                          size_t *span)
-{
-    size_t total = 1;
-    for (int d = 0; d < 4; d++) {
-        size_t step;
-        if (!sdpa_mul_size((size_t)(t->shape[d] - 1), (size_t)stride[d],
-                           &step) ||
-            !sdpa_add_size(total, step, &total))
-            return false;
-    }
-    *span = total;
-    return true;
-}
-
-/* An output must not write one element twice: sorted by stride, every
- * dimension must step over everything the inner dimensions cover. */
-bool sdpa_overlaps_itself(const int64_t shape[4], const int64_t stride[4])
-{
-    int order[4] = {0, 1, 2, 3};
-    for (int a = 1; a < 4; a++) /* insertion sort by stride */
-        for (int b = a; b > 0 && stride[order[b]] < stride[order[b - 1]]; b--) {
-            int t = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = t;
-        }
-    int64_t covered = 0; /* largest offset reached by the inner dims */
-    for (int i = 0; i < 4; i++) {
-        int d = order[i];
-        if (shape[d] == 1)
-            continue;
-        if (stride[d] <= covered)
-            return true;
-        if (shape[d] - 1 > (INT64_MAX - covered) / stride[d])
-            return false; /* too large to overlap: caught as overflow */
-        covered += (shape[d] - 1) * stride[d];
-    }
-    return false;
-}
-
-static int check_strides(sdpa_ctx *ctx, const tensor_rule *r, size_t *bytes)
-{
-    const sdpa_tensor *t = r->tensor;
-    int64_t stride[4];
-    for (int d = 0; d < 4; d++) {
-        stride[d] = d == D_DIM && r->inner_unused ? 0 : t->stride[d];
-        if (stride[d] < 0)
-            return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                             "sdpa_forward: %s.stride[%d] is %lld, strides "
-                             "must not be negative",
-                             r->name, d, (long long)stride[d]);
-        if (t->shape[d] == 1)
-            stride[d] = 0; /* a single index never moves: broadcast */
-    }
-    if (!r->any_inner && t->stride[D_DIM] != 1 && t->shape[D_DIM] > 1)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_forward: %s.stride[3] is %lld, the innermost "
-                         "stride must be 1",
-                         r->name, (long long)t->stride[D_DIM]);
-    if (r->rows_for_blas && t->shape[T_DIM] > 1 &&
-        stride[T_DIM] < t->shape[D_DIM])
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_forward: %s.stride[2] is %lld, below the row "
-                         "length %lld",
-                         r->name, (long long)stride[T_DIM],
-                         (long long)t->shape[D_DIM]);
-    if (r->is_output && sdpa_overlaps_itself(t->shape, stride))
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_forward: output %s has strides {%lld, %lld, "
-                         "%lld, %lld}: sorted, each must step past all the "
-                         "smaller ones cover (the layouts libsdpa can prove "
-                         "write no element twice)",
-                         r->name, (long long)t->stride[0],
-                         (long long)t->stride[1], (long long)t->stride[2],
-                         (long long)t->stride[3]);
-    size_t span;
-    if (!span_elements(t, stride, &span) ||
-        !sdpa_mul_size(span, r->elem_size, bytes) ||
-        (uintptr_t)t->data > UINTPTR_MAX - *bytes)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: the extent of %s overflows the "
-                         "address space",
-                         r->name);
-    if (r->rows_for_blas &&
-        (t->shape[T_DIM] > INT_MAX || t->shape[D_DIM] > INT_MAX ||
-         stride[T_DIM] > INT_MAX))
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: %s has a row count, row length or "
-                         "row stride above the BLAS int limit %d",
-                         r->name, INT_MAX);
-    r->view->data = t->data;
-    memcpy(r->view->stride, stride, sizeof stride);
-    return SDPA_OK;
-}
-
-typedef struct byte_range {
-    const char *name;
-    bool is_output;
-    uintptr_t begin, end;
-} byte_range;
-
-static bool ranges_meet(const byte_range *a, const byte_range *b)
-{
-    return a->begin < b->end && b->begin < a->end;
-}
 
 /* Is any key allowed for this row by the mask and the bias (keys below
  * limit only)? Stops at the first allowed key. */
@@ -202,7 +48,8 @@ static bool row_has_allowed_key(const sdpa_problem *p, int64_t b, int64_t h,
 /* The fully-masked-row rule (docs/SEMANTICS.md): a row with no allowed key
  * is an error (unless the context chose the zero-row convention). Found
  * here, before any write. */
-static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
+static int check_rows_have_keys(sdpa_ctx *ctx, const char *who,
+                                const sdpa_problem *p)
 {
     /* Only the dimensions along which a row's allowed keys can change are
      * walked, so the check costs what the mask and bias hold (a shape of
@@ -232,10 +79,10 @@ static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
                     continue;
                 return sdpa_fail(
                     ctx, SDPA_ERR_FULLY_MASKED_ROW,
-                    "sdpa_forward: batch %lld%s, head %lld%s, query row "
+                    "%s: batch %lld%s, head %lld%s, query row "
                     "%lld%s has no allowed key (%s); set SDPA_OPT_EMPTY_ROWS "
                     "to SDPA_EMPTY_ROWS_ZERO to get a zero row instead",
-                    (long long)b,
+                    who, (long long)b,
                     items == 1 && p->batch > 1 ? " (and every item)" : "",
                     (long long)h,
                     heads == 1 && p->heads_q > 1 ? " (and every head)" : "",
@@ -250,15 +97,16 @@ static int check_rows_have_keys(sdpa_ctx *ctx, const sdpa_problem *p)
 
 /* Hq values of a per-head array (ALiBi slopes, sinks): finite, and in a
  * float32 call within float's range. */
-static int check_per_head(sdpa_ctx *ctx, const double *values, int64_t heads,
-                          int dtype, int status, const char *what)
+static int check_per_head(sdpa_ctx *ctx, const char *who, const double *values,
+                          int64_t heads, int dtype, int status,
+                          const char *what)
 {
     for (int64_t h = 0; h < heads; h++) {
         double v = values[h];
         if (!isfinite(v) || (dtype == SDPA_FLOAT32 && fabs(v) > FLT_MAX))
             return sdpa_fail(
-                ctx, status, "sdpa_forward: %s[%lld] is %g, must be finite%s",
-                what, (long long)h, v,
+                ctx, status, "%s: %s[%lld] is %g, must be finite%s", who, what,
+                (long long)h, v,
                 dtype == SDPA_FLOAT32 ? " and within float32" : "");
     }
     return SDPA_OK;
@@ -267,8 +115,8 @@ static int check_per_head(sdpa_ctx *ctx, const double *values, int64_t heads,
 /* The fields appended in 1.1: window, ALiBi slopes, sinks, logits stage
  * (the logits tensor itself is checked with the others). Resolves them into
  * p; a window side wider than Tq + Tk is unbounded. */
-static int check_appended(sdpa_ctx *ctx, const sdpa_forward_args *args,
-                          sdpa_problem *p)
+static int check_appended(sdpa_ctx *ctx, const char *who,
+                          const sdpa_forward_args *args, sdpa_problem *p)
 {
     p->window_left = p->window_right = -1;
     if (args->flags & SDPA_FLAG_WINDOW) {
@@ -276,25 +124,25 @@ static int check_appended(sdpa_ctx *ctx, const sdpa_forward_args *args,
         for (int s = 0; s < 2; s++)
             if (side[s] < -1)
                 return sdpa_fail(ctx, SDPA_ERR_BAD_WINDOW,
-                                 "sdpa_forward: window_%s is %lld, must be "
+                                 "%s: window_%s is %lld, must be "
                                  "-1 (unbounded) or at least 0",
-                                 s ? "right" : "left", (long long)side[s]);
+                                 who, s ? "right" : "left", (long long)side[s]);
         int64_t wide = p->len_q + p->len_k;
         p->window_left = args->window_left > wide ? -1 : args->window_left;
         p->window_right = args->window_right > wide ? -1 : args->window_right;
     } else if (args->window_left != 0 || args->window_right != 0) {
         return sdpa_fail(ctx, SDPA_ERR_BAD_WINDOW,
-                         "sdpa_forward: window_left %lld and window_right "
+                         "%s: window_left %lld and window_right "
                          "%lld are set but flags lack SDPA_FLAG_WINDOW",
-                         (long long)args->window_left,
+                         who, (long long)args->window_left,
                          (long long)args->window_right);
     }
     int status = SDPA_OK;
     if (args->alibi_slopes)
-        status = check_per_head(ctx, args->alibi_slopes, p->heads_q, p->dtype,
-                                SDPA_ERR_BAD_ALIBI, "alibi_slopes");
+        status = check_per_head(ctx, who, args->alibi_slopes, p->heads_q,
+                                p->dtype, SDPA_ERR_BAD_ALIBI, "alibi_slopes");
     if (status == SDPA_OK && args->sinks)
-        status = check_per_head(ctx, args->sinks, p->heads_q, p->dtype,
+        status = check_per_head(ctx, who, args->sinks, p->heads_q, p->dtype,
                                 SDPA_ERR_BAD_SINK, "sinks");
     if (status != SDPA_OK)
         return status;
@@ -306,10 +154,10 @@ static int check_appended(sdpa_ctx *ctx, const sdpa_forward_args *args,
                  stage == SDPA_LOGITS_MASKED;
     if (has_logits != (stage != 0) || (stage != 0 && !known))
         return sdpa_fail(ctx, SDPA_ERR_BAD_LOGITS_STAGE,
-                         "sdpa_forward: logits_stage is %d %s the logits "
+                         "%s: logits_stage is %d %s the logits "
                          "output; it must be an SDPA_LOGITS_* value exactly "
                          "when logits.data is set",
-                         stage, has_logits ? "with" : "without");
+                         who, stage, has_logits ? "with" : "without");
     p->logits_stage = stage;
     return SDPA_OK;
 }
@@ -325,8 +173,8 @@ static const char *type_name(int type)
 /* The storage types (1.1): dtype, and kv_dtype / bias_dtype (0: dtype).
  * float32 and the half types mix freely and compute in float32; float64
  * computes in float64 and mixes with nothing. */
-static int check_types(sdpa_ctx *ctx, const sdpa_forward_args *args,
-                       int *compute)
+static int check_types(sdpa_ctx *ctx, const char *who,
+                       const sdpa_forward_args *args, int *compute)
 {
     const struct {
         const char *name;
@@ -342,9 +190,9 @@ static int check_types(sdpa_ctx *ctx, const sdpa_forward_args *args,
             continue;
         if (t < SDPA_FLOAT32 || t > SDPA_BFLOAT16)
             return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                             "sdpa_forward: %s %d is not SDPA_FLOAT32, "
+                             "%s: %s %d is not SDPA_FLOAT32, "
                              "SDPA_FLOAT64, SDPA_FLOAT16 or SDPA_BFLOAT16%s",
-                             types[i].name, t,
+                             who, types[i].name, t,
                              types[i].zero_means_dtype ? " (or 0: dtype's)"
                                                        : "");
         f64 |= t == SDPA_FLOAT64;
@@ -353,10 +201,10 @@ static int check_types(sdpa_ctx *ctx, const sdpa_forward_args *args,
     if (f64 && other)
         return sdpa_fail(
             ctx, SDPA_ERR_BAD_DTYPE,
-            "sdpa_forward: dtype %s, kv_dtype %s and bias_dtype "
+            "%s: dtype %s, kv_dtype %s and bias_dtype "
             "%s mix SDPA_FLOAT64 with a float32 or half type; "
             "float64 calls are float64 throughout",
-            type_name(args->dtype),
+            who, type_name(args->dtype),
             type_name(args->kv_dtype ? args->kv_dtype : args->dtype),
             type_name(args->bias_dtype ? args->bias_dtype : args->dtype));
     *compute = f64 ? SDPA_FLOAT64 : SDPA_FLOAT32;
@@ -368,38 +216,38 @@ static int check_types(sdpa_ctx *ctx, const sdpa_forward_args *args,
  * SDPA_ERR_BAD_PAGE, a key count beyond the BLAS int SDPA_ERR_OVERFLOW
  * (the message is set). The table's entries are checked by
  * check_block_table once kv_lens is known. */
-static int check_paging(sdpa_ctx *ctx, const sdpa_forward_args *args,
-                        int64_t *tk, bool *paged)
+static int check_paging(sdpa_ctx *ctx, const char *who,
+                        const sdpa_forward_args *args, int64_t *tk, bool *paged)
 {
     *paged = false;
     if (!args->block_table) {
         if (args->pages_per_seq == 0 && args->block_table_stride == 0)
             return SDPA_OK;
-        return sdpa_fail(
-            ctx, SDPA_ERR_BAD_PAGE,
-            "sdpa_forward: pages_per_seq %lld and block_table_stride "
-            "%lld are set but block_table is NULL",
-            (long long)args->pages_per_seq,
-            (long long)args->block_table_stride);
+        return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                         "%s: pages_per_seq %lld and block_table_stride "
+                         "%lld are set but block_table is NULL",
+                         who, (long long)args->pages_per_seq,
+                         (long long)args->block_table_stride);
     }
     int64_t cols = args->pages_per_seq, page = args->k.shape[T_DIM];
     if (cols < 1 || cols > INT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
-                         "sdpa_forward: pages_per_seq is %lld, must be in "
+                         "%s: pages_per_seq is %lld, must be in "
                          "[1, %d] with a block_table",
-                         (long long)cols, INT_MAX);
+                         who, (long long)cols, INT_MAX);
     if (args->block_table_stride != 0 && args->block_table_stride < cols)
         return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
-                         "sdpa_forward: block_table_stride is %lld, below "
+                         "%s: block_table_stride is %lld, below "
                          "pages_per_seq %lld (0 means pages_per_seq)",
-                         (long long)args->block_table_stride, (long long)cols);
+                         who, (long long)args->block_table_stride,
+                         (long long)cols);
     /* page > 0 is checked with k's shape; the product must fit the BLAS
      * int like any key count */
     if (page > 0 && cols > INT_MAX / page)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: pages_per_seq %lld times the page "
+                         "%s: pages_per_seq %lld times the page "
                          "length %lld (k.shape[2]) overflows the key count",
-                         (long long)cols, (long long)page);
+                         who, (long long)cols, (long long)page);
     *tk = cols * (page > 0 ? page : 1);
     *paged = true;
     return SDPA_OK;
@@ -407,8 +255,9 @@ static int check_paging(sdpa_ctx *ctx, const sdpa_forward_args *args,
 
 /* Every block table entry of a page that holds valid keys (kv_lens[b],
  * else Tk) must name a page of the pool; *range is the table's bytes. */
-static int check_block_table(sdpa_ctx *ctx, const sdpa_forward_args *args,
-                             int64_t n, int64_t tk, byte_range *range)
+static int check_block_table(sdpa_ctx *ctx, const char *who,
+                             const sdpa_forward_args *args, int64_t n,
+                             int64_t tk, sdpa_byte_range *range)
 {
     int64_t cols = args->pages_per_seq, page = args->k.shape[T_DIM];
     int64_t stride = args->block_table_stride ? args->block_table_stride : cols;
@@ -419,9 +268,9 @@ static int check_block_table(sdpa_ctx *ctx, const sdpa_forward_args *args,
         !sdpa_mul_size(entries, sizeof(int32_t), &bytes) ||
         (uintptr_t)args->block_table > UINTPTR_MAX - bytes)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_forward: the block table (%lld rows of stride "
+                         "%s: the block table (%lld rows of stride "
                          "%lld) overflows the address space",
-                         (long long)n, (long long)stride);
+                         who, (long long)n, (long long)stride);
     for (int64_t b = 0; b < n; b++) {
         int64_t valid = args->kv_lens ? args->kv_lens[b] : tk;
         int64_t used = (valid + page - 1) / page;
@@ -429,89 +278,78 @@ static int check_block_table(sdpa_ctx *ctx, const sdpa_forward_args *args,
             int32_t entry = args->block_table[b * stride + c];
             if (entry < 0 || entry >= pool)
                 return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
-                                 "sdpa_forward: block_table[%lld][%lld] is "
+                                 "%s: block_table[%lld][%lld] is "
                                  "%d, outside the pool's %lld pages "
                                  "(k.shape[0]); it holds keys [%lld, %lld) "
                                  "of batch item %lld",
-                                 (long long)b, (long long)c, entry,
+                                 who, (long long)b, (long long)c, entry,
                                  (long long)pool, (long long)(c * page),
                                  (long long)((c + 1) * page), (long long)b);
         }
     }
-    *range = (byte_range){"block_table", false, (uintptr_t)args->block_table,
+    *range =
+        (sdpa_byte_range){"block_table", false, (uintptr_t)args->block_table,
                           (uintptr_t)args->block_table + bytes};
     return SDPA_OK;
 }
 
-int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
+/* The scalar arguments: flags, causality, scale and soft-cap (in a
+ * float32 call within float's range and not rounding to 0). */
+static int check_scalars(sdpa_ctx *ctx, const char *who,
+                         const sdpa_forward_args *args, int compute)
 {
-    if (!ctx)
-        return SDPA_ERR_NULL_POINTER;
-    ctx->message[0] = '\0';
-    if (!args)
-        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                         "sdpa_forward: args is NULL");
-    /* From here on, the caller's struct is read through a zero-filled copy
-     * of this library's size: a 1.0 caller's 624 bytes are all it has. */
-    sdpa_forward_args known;
-    int imported = sdpa_struct_import(ctx, "sdpa_forward: args", args,
-                                      SDPA_ARGS_SIZE_V1, &known, sizeof known);
-    if (imported != SDPA_OK)
-        return imported;
-    args = &known;
-    int compute = SDPA_FLOAT32;
-    int typed = check_types(ctx, args, &compute);
-    if (typed != SDPA_OK)
-        return typed;
     if (args->flags & ~KNOWN_FLAGS)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_FLAGS,
-                         "sdpa_forward: unknown flag bits 0x%x",
-                         (unsigned)(args->flags & ~KNOWN_FLAGS));
+        return sdpa_fail(ctx, SDPA_ERR_BAD_FLAGS, "%s: unknown flag bits 0x%x",
+                         who, (unsigned)(args->flags & ~KNOWN_FLAGS));
     if (args->causal != SDPA_CAUSAL_NONE &&
         args->causal != SDPA_CAUSAL_TOP_LEFT &&
         args->causal != SDPA_CAUSAL_BOTTOM_RIGHT)
         return sdpa_fail(ctx, SDPA_ERR_BAD_CAUSAL,
-                         "sdpa_forward: causal is %d, not an SDPA_CAUSAL_* "
-                         "value",
+                         "%s: causal is %d, not an SDPA_CAUSAL_* value", who,
                          args->causal);
     if (!(isfinite(args->scale) && args->scale >= 0))
         return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
-                         "sdpa_forward: scale %g must be finite and positive "
-                         "(0 selects 1/sqrt(Dk))",
-                         args->scale);
+                         "%s: scale %g must be finite and positive (0 selects "
+                         "1/sqrt(Dk))",
+                         who, args->scale);
     if (!(isfinite(args->softcap) && args->softcap >= 0))
         return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
-                         "sdpa_forward: softcap %g must be finite and "
-                         "positive (0 turns it off)",
-                         args->softcap);
+                         "%s: softcap %g must be finite and positive (0 turns "
+                         "it off)",
+                         who, args->softcap);
+    if (compute != SDPA_FLOAT32)
+        return SDPA_OK;
     /* The kernels compute in the dtype: a float32 call rounds scale and
      * soft-cap to float, where a value above FLT_MAX would be infinite and
      * every logit NaN or infinite. */
-    if (compute == SDPA_FLOAT32 && args->scale > FLT_MAX)
+    if (args->scale > FLT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
-                         "sdpa_forward: scale %g is beyond the float32 range "
-                         "(FLT_MAX = %g) of this float32 call",
-                         args->scale, (double)FLT_MAX);
+                         "%s: scale %g is beyond the float32 range (FLT_MAX = "
+                         "%g) of this float32 call",
+                         who, args->scale, (double)FLT_MAX);
     /* ... and a positive value that rounds to 0 in float would be no scale
      * (a BLAS alpha of 0 reads neither q nor k) or a division by 0. */
-    if (compute == SDPA_FLOAT32 && args->scale > 0 &&
-        (float)args->scale == 0.0f)
+    if (args->scale > 0 && (float)args->scale == 0.0f)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SCALE,
-                         "sdpa_forward: scale %g rounds to 0 in this float32 "
-                         "call",
+                         "%s: scale %g rounds to 0 in this float32 call", who,
                          args->scale);
-    if (compute == SDPA_FLOAT32 && args->softcap > 0 &&
-        (float)args->softcap == 0.0f)
+    if (args->softcap > 0 && (float)args->softcap == 0.0f)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
-                         "sdpa_forward: softcap %g rounds to 0 in this float32 "
-                         "call",
+                         "%s: softcap %g rounds to 0 in this float32 call", who,
                          args->softcap);
-    if (compute == SDPA_FLOAT32 && args->softcap > FLT_MAX)
+    if (args->softcap > FLT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
-                         "sdpa_forward: softcap %g is beyond the float32 "
-                         "range (FLT_MAX = %g) of this float32 call",
-                         args->softcap, (double)FLT_MAX);
+                         "%s: softcap %g is beyond the float32 range (FLT_MAX "
+                         "= %g) of this float32 call",
+                         who, args->softcap, (double)FLT_MAX);
+    return SDPA_OK;
+}
 
+/* What the arguments say before any tensor is checked: types, causality,
+ * the mask's sense, the empty-row policy, the soft-cap. */
+static void resolve_settings(const sdpa_ctx *ctx, const sdpa_forward_args *args,
+                             int compute, sdpa_problem *p)
+{
     memset(p, 0, sizeof *p);
     p->dtype = compute;
     p->elem_size = sdpa_dtype_size(compute);
@@ -523,36 +361,37 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
     p->empty_rows_zero =
         ctx->options[SDPA_OPT_EMPTY_ROWS] == SDPA_EMPTY_ROWS_ZERO;
     p->softcap = args->softcap;
+}
 
+/* Every tensor's rule: inputs, then outputs. q fixes N, Hq, Tq and Dk; k
+ * fixes Hkv and Tk; v fixes Dv. Paged, k fixes the pool's pages and the
+ * page length, and Tk (tk) is the block table's keys. Returns the count. */
+enum { RULES = 11 };
+static int make_rules(const sdpa_forward_args *args, sdpa_problem *p,
+                      int64_t tk, bool paged, sdpa_tensor_rule rules[RULES])
+{
     int64_t n = args->q.shape[N_DIM], hq = args->q.shape[H_DIM];
     int64_t tq = args->q.shape[T_DIM], dk = args->q.shape[D_DIM];
-    int64_t hkv = args->k.shape[H_DIM], tk = args->k.shape[T_DIM];
-    int64_t dv = args->v.shape[D_DIM];
+    int64_t hkv = args->k.shape[H_DIM], dv = args->v.shape[D_DIM];
     const size_t es = p->elem_size, q_es = sdpa_dtype_size(p->q_type);
     const size_t kv_es = sdpa_dtype_size(p->kv_type);
     const size_t bias_es = sdpa_dtype_size(p->bias_type);
-    /* q fixes N, Hq, Tq and Dk; k fixes Hkv and Tk; v fixes Dv. Paged, k
-     * fixes the pool's pages and the page length, and Tk is the block
-     * table's keys. */
-    const extent N = {n, "q.shape[0] (N)"}, HQ = {hq, "q.shape[1] (Hq)"};
-    const extent TQ = {tq, "q.shape[2] (Tq)"}, DK = {dk, "q.shape[3] (Dk)"};
-    const extent HKV = {hkv, "k.shape[1] (Hkv)"};
-    extent TK = {tk, "k.shape[2] (Tk)"}, KV_N = N, KV_T = TK;
-    const extent DV = {dv, "v.shape[3] (Dv)"};
-    const extent ONE = {1, "its extent (one value per row)"};
-    bool paged;
-    int paging = check_paging(ctx, args, &tk, &paged);
-    if (paging != SDPA_OK)
-        return paging; /* BAD_PAGE, or OVERFLOW for the key count */
+    const sdpa_extent N = {n, "q.shape[0] (N)"}, HQ = {hq, "q.shape[1] (Hq)"};
+    const sdpa_extent TQ = {tq, "q.shape[2] (Tq)"};
+    const sdpa_extent DK = {dk, "q.shape[3] (Dk)"};
+    const sdpa_extent HKV = {hkv, "k.shape[1] (Hkv)"};
+    sdpa_extent TK = {tk, "k.shape[2] (Tk)"}, KV_N = N, KV_T = TK;
+    const sdpa_extent DV = {dv, "v.shape[3] (Dv)"};
+    const sdpa_extent ONE = {1, "its extent (one value per row)"};
     if (paged) {
-        TK = (extent){tk, "pages_per_seq * k.shape[2] (Tk)"};
-        KV_N = (extent){args->k.shape[N_DIM], "k.shape[0] (pages)"};
-        KV_T = (extent){args->k.shape[T_DIM], "k.shape[2] (page)"};
+        TK = (sdpa_extent){tk, "pages_per_seq * k.shape[2] (Tk)"};
+        KV_N = (sdpa_extent){args->k.shape[N_DIM], "k.shape[0] (pages)"};
+        KV_T = (sdpa_extent){args->k.shape[T_DIM], "k.shape[2] (page)"};
     }
     /* clang-format off */
-    /* Inputs, then outputs; what each may do is spelled out per tensor
-     * (every flag not named is false). */
-    tensor_rule rules[] = {
+    /* What each may do is spelled out per tensor (every flag not named is
+     * false). */
+    const sdpa_tensor_rule all[RULES] = {
         {.name = "q", .tensor = &args->q, .view = &p->q, .required = true,
          .rows_for_blas = true, .elem_size = q_es, .expect = {N, HQ, TQ, DK}},
         {.name = "k", .tensor = &args->k, .view = &p->k, .required = true,
@@ -587,54 +426,68 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
          .expect = {N, HQ, TQ, ONE}},
     };
     /* clang-format on */
-    enum { RULES = sizeof rules / sizeof rules[0] };
-    for (int i = 0; i < RULES; i++)
-        if (rules[i].required && !rules[i].tensor->data)
-            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                             "sdpa_forward: %s.data is NULL", rules[i].name);
-    if (hq > 0 && hkv > 0 && hq % hkv != 0)
-        return sdpa_fail(ctx, SDPA_ERR_HEAD_GROUPING,
-                         "sdpa_forward: q has %lld heads, not a multiple of "
-                         "the %lld heads of k",
-                         (long long)hq, (long long)hkv);
+    memcpy(rules, all, sizeof all);
+    /* K and V may be shared by every batch item (extent 1). */
+    for (int i = 1; i <= 2; i++)
+        if (!paged && rules[i].tensor->shape[N_DIM] == 1)
+            rules[i].expect[N_DIM].value = 1;
+    return RULES;
+}
 
-    byte_range ranges[RULES + 2];
-    int nranges = 0;
-    for (int i = 0; i < RULES; i++) {
-        tensor_rule *r = &rules[i];
-        if (!r->tensor->data)
-            continue;
-        /* K and V may be shared by every batch item (extent 1). */
-        if ((r->view == &p->k || r->view == &p->v) && !paged &&
-            r->tensor->shape[N_DIM] == 1)
-            r->expect[N_DIM].value = 1;
-        int status = check_shape(ctx, r);
-        if (status == SDPA_OK) {
-            size_t bytes = 0;
-            status = check_strides(ctx, r, &bytes);
-            ranges[nranges++] =
-                (byte_range){r->name, r->is_output, (uintptr_t)r->tensor->data,
-                             (uintptr_t)r->tensor->data + bytes};
-        }
+/* The tensors: the required ones present, the heads grouped, then each
+ * present one by its rule (its bytes into ranges[*count]). */
+static int check_tensors(sdpa_ctx *ctx, const char *who,
+                         const sdpa_forward_args *args, sdpa_problem *p,
+                         int64_t tk, bool paged, sdpa_byte_range *ranges,
+                         int *count)
+{
+    sdpa_tensor_rule rules[RULES];
+    const int n_rules = make_rules(args, p, tk, paged, rules);
+    for (int i = 0; i < n_rules; i++) {
+        int status = sdpa_check_present(ctx, who, &rules[i]);
         if (status != SDPA_OK)
             return status;
     }
+    int64_t hq = args->q.shape[H_DIM], hkv = args->k.shape[H_DIM];
+    if (hq > 0 && hkv > 0 && hq % hkv != 0)
+        return sdpa_fail(ctx, SDPA_ERR_HEAD_GROUPING,
+                         "%s: q has %lld heads, not a multiple of the %lld "
+                         "heads of k",
+                         who, (long long)hq, (long long)hkv);
+    for (int i = 0; i < n_rules; i++) {
+        if (!rules[i].tensor->data)
+            continue;
+        int status = sdpa_check_tensor(ctx, who, &rules[i], &ranges[*count]);
+        ++*count;
+        if (status != SDPA_OK)
+            return status;
+    }
+    return SDPA_OK;
+}
 
+/* kv_lens within [0, Tk] (its bytes into ranges[*count]), and the block
+ * table of a paged cache resolved into p. */
+static int check_keys(sdpa_ctx *ctx, const char *who,
+                      const sdpa_forward_args *args, sdpa_problem *p,
+                      int64_t tk, bool paged, sdpa_byte_range *ranges,
+                      int *count)
+{
+    const int64_t n = args->q.shape[N_DIM];
     if (args->kv_lens) {
         for (int64_t b = 0; b < n; b++)
             if (args->kv_lens[b] < 0 || args->kv_lens[b] > tk)
                 return sdpa_fail(ctx, SDPA_ERR_BAD_KV_LEN,
-                                 "sdpa_forward: kv_lens[%lld] is %lld, "
-                                 "outside [0, Tk = %lld]",
-                                 (long long)b, (long long)args->kv_lens[b],
+                                 "%s: kv_lens[%lld] is %lld, outside [0, Tk = "
+                                 "%lld]",
+                                 who, (long long)b, (long long)args->kv_lens[b],
                                  (long long)tk);
-        ranges[nranges++] =
-            (byte_range){"kv_lens", false, (uintptr_t)args->kv_lens,
-                         (uintptr_t)(args->kv_lens + n)};
+        ranges[(*count)++] =
+            (sdpa_byte_range){"kv_lens", false, (uintptr_t)args->kv_lens,
+                              (uintptr_t)(args->kv_lens + n)};
     }
-
     if (paged) {
-        int status = check_block_table(ctx, args, n, tk, &ranges[nranges++]);
+        int status =
+            check_block_table(ctx, who, args, n, tk, &ranges[(*count)++]);
         if (status != SDPA_OK)
             return status;
         p->block_table = args->block_table;
@@ -642,38 +495,87 @@ int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
                                                    : args->pages_per_seq;
         p->page_len = args->k.shape[T_DIM];
     }
+    return SDPA_OK;
+}
 
-    /* Outputs must not meet each other or any input. */
-    for (int a = 0; a < nranges; a++)
-        for (int b = a + 1; b < nranges; b++) {
+/* Outputs must not meet each other or any input. */
+static int check_disjoint(sdpa_ctx *ctx, const char *who,
+                          const sdpa_byte_range *ranges, int count)
+{
+    for (int a = 0; a < count; a++)
+        for (int b = a + 1; b < count; b++) {
             bool a_out = ranges[a].is_output, b_out = ranges[b].is_output;
-            if ((a_out || b_out) && ranges_meet(&ranges[a], &ranges[b]))
+            if ((a_out || b_out) && sdpa_ranges_meet(&ranges[a], &ranges[b]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
-                                 "sdpa_forward: output %s overlaps %s %s (the "
-                                 "address ranges from first to last element "
-                                 "must be disjoint, interleaved or not)",
-                                 b_out ? ranges[b].name : ranges[a].name,
+                                 "%s: output %s overlaps %s %s (the address "
+                                 "ranges from first to last element must be "
+                                 "disjoint, interleaved or not)",
+                                 who, b_out ? ranges[b].name : ranges[a].name,
                                  a_out && b_out ? "output" : "input",
                                  b_out ? ranges[a].name : ranges[b].name);
         }
+    return SDPA_OK;
+}
 
-    p->batch = n;
-    p->heads_q = hq;
-    p->heads_kv = hkv;
-    p->group = hq / hkv;
-    p->len_q = tq;
+/* The extents, the scale's default and the per-row outputs into p. */
+static void resolve_sizes(const sdpa_forward_args *args, int64_t tk,
+                          sdpa_problem *p)
+{
+    p->batch = args->q.shape[N_DIM];
+    p->heads_q = args->q.shape[H_DIM];
+    p->heads_kv = args->k.shape[H_DIM];
+    p->group = p->heads_q / p->heads_kv;
+    p->len_q = args->q.shape[T_DIM];
     p->len_k = tk;
-    p->dim_k = dk;
-    p->dim_v = dv;
-    p->scale = args->scale != 0 ? args->scale : 1.0 / sqrt((double)dk);
+    p->dim_k = args->q.shape[D_DIM];
+    p->dim_v = args->v.shape[D_DIM];
+    p->scale = args->scale != 0 ? args->scale : 1.0 / sqrt((double)p->dim_k);
     p->kv_lens = args->kv_lens;
     p->diagnostics = p->max_weight.data || p->entropy.data;
-    int appended = check_appended(ctx, args, p);
-    if (appended != SDPA_OK)
-        return appended;
+}
 
+int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
+                       const sdpa_forward_args *args, sdpa_problem *p)
+{
+    int compute = SDPA_FLOAT32;
+    int status = check_types(ctx, who, args, &compute);
+    if (status == SDPA_OK)
+        status = check_scalars(ctx, who, args, compute);
+    if (status != SDPA_OK)
+        return status;
+    resolve_settings(ctx, args, compute, p);
+    int64_t tk = args->k.shape[T_DIM];
+    bool paged;
+    status = check_paging(ctx, who, args, &tk, &paged);
+    if (status != SDPA_OK)
+        return status; /* BAD_PAGE, or OVERFLOW for the key count */
+    sdpa_byte_range ranges[RULES + 2];
+    int count = 0;
+    status = check_tensors(ctx, who, args, p, tk, paged, ranges, &count);
+    if (status == SDPA_OK)
+        status = check_keys(ctx, who, args, p, tk, paged, ranges, &count);
+    if (status == SDPA_OK)
+        status = check_disjoint(ctx, who, ranges, count);
+    if (status != SDPA_OK)
+        return status;
+    resolve_sizes(args, tk, p);
+    status = check_appended(ctx, who, args, p);
+    if (status != SDPA_OK)
+        return status;
     /* With a sink no row is empty: it always has the sink. */
     if (!p->empty_rows_zero && !p->sinks)
-        return check_rows_have_keys(ctx, p);
+        return check_rows_have_keys(ctx, who, p);
     return SDPA_OK;
+}
+
+int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
+{
+    /* From here on, the caller's struct is read through a zero-filled copy
+     * of this library's size: a 1.0 caller's 624 bytes are all it has. */
+    sdpa_forward_args known;
+    int status = sdpa_import_args(ctx, "sdpa_forward", args, SDPA_ARGS_SIZE_V1,
+                                  &known, sizeof known);
+    if (status != SDPA_OK)
+        return status;
+    return sdpa_validate_call(ctx, "sdpa_forward", &known, p);
 }

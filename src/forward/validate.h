@@ -5,17 +5,15 @@
 #include "core/context.h"
 #include "core/problem.h"
 
-#include <stdbool.h>
-#include <stdint.h>
-
-/* Could an output view write one element twice? (validate.c's rule,
- * conservative: sorted by stride, each dimension must step past all that
- * the inner ones cover; strides non-negative, broadcast ones already 0.) */
-bool sdpa_overlaps_itself(const int64_t shape[4], const int64_t stride[4]);
-
-/* Checks every argument and every size; writes nothing but *problem and, on
- * failure, ctx's message. */
+/* Checks every argument and every size of sdpa_forward; writes nothing but
+ * *problem and, on failure, ctx's message. */
 int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args,
                   sdpa_problem *problem);
+
+/* The same checks of an already imported struct (this library's size) on
+ * behalf of the entry point `who` (sdpa_backward validates its forward
+ * fields so): every message starts "who: ". */
+int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
+                       const sdpa_forward_args *args, sdpa_problem *problem);
 
 #endif /* SDPA_FORWARD_VALIDATE_H */

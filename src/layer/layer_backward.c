@@ -37,9 +37,12 @@
  * the same shape allocates nothing.
  *
  * The validation of the forward's arguments follows layer.c's rules and
- * messages, through the helpers both share (layer_common.h).
+ * messages, through the helpers both share (layer_common.h). The
+ * pipeline: validate (→ layer_bwd_problem) → plan (→ the scratch layout)
+ * → reserve → run (layer_backward_impl.h).
  */
 #include "layer/layer_common.h"
+#include "core/struct_import.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -54,30 +57,26 @@ _Static_assert(sizeof(sdpa_mha_backward_args) >= SDPA_MHA_BACKWARD_ARGS_SIZE_V1,
 
 #define WHO "sdpa_mha_backward: "
 
-/* layer_impl.h's static gemm_rows_f32/_f64 and add_sinusoidal_*. */
+/* layer_impl.h's static gemm_rows_f32/_f64, add_sinusoidal_* and
+ * add_positions_*. */
 #define SDPA_TEMPLATE "layer/layer_impl.h"
 #include "core/instantiate.h"
 
-/* The call, validated and resolved, and where each piece of scratch goes. */
-typedef struct bwd_plan {
-    int dtype;
-    size_t esize;
-    int positions;
-    double base;
-    int64_t offset;
-    const int64_t *pos_q, *pos_kv;
-    int64_t n, tq, tk, e, hq, hkv, dk, dv;
-    layer_rows x_q, x_kv; /* x_kv is x_q in self-attention */
+/* The call, validated and resolved. */
+typedef struct layer_bwd_problem {
+    layer_problem p; /* the forward's arguments */
     layer_rows dy, dx_q, dx_kv;
-    bool self, has_dx_q, has_dx_kv;
-    const void *w_q, *w_k, *w_v, *w_o, *b_q, *b_k, *b_v, *b_o;
+    bool has_dx_q, has_dx_kv;
     void *dw_q, *dw_k, *dw_v, *dw_o, *db_q, *db_k, *db_v, *db_o;
-    sdpa_forward_args attn; /* the caller's options; no tensors set */
-    /* byte offsets into the scratch (SIZE_MAX: not used) */
-    size_t off_pq, off_pk, off_nq, off_nk, off_table, off_xq, off_xkv;
+} layer_bwd_problem;
+
+/* Where each piece of scratch goes (SIZE_MAX: not used), and how much
+ * there is. */
+typedef struct layer_bwd_plan {
+    layer_pos_offsets pos;
     size_t off_q, off_k, off_v, off_o, off_lse, off_do, off_dq, off_dk, off_dv;
     size_t bytes;
-} bwd_plan;
+} layer_bwd_plan;
 
 /* out[i] = -pos[i] (validated: no pos[i] is INT64_MIN). */
 static int64_t *negate_positions(char *scratch, size_t at, int64_t n,
@@ -89,105 +88,61 @@ static int64_t *negate_positions(char *scratch, size_t at, int64_t n,
     return p;
 }
 
+/* What the steps of the pass (layer_backward_impl.h) share: the inputs
+ * (with the sinusoidal table), the projections, their gradients and
+ * views in the scratch, and the inverse rotation's positions. */
+typedef struct layer_bwd_work {
+    int64_t wq, wk, wv, wo; /* widths: Hq·dk, Hkv·dk, Hkv·dv, Hq·dv */
+    layer_rows xq, xkv, q, k, v, o, d_o, dq, dk, dv;
+    sdpa_tensor q_view, k_view, dq_view, dk_view;
+    bool rope;
+    int style;
+    const int64_t *nq, *nk;
+} layer_bwd_work;
+
+static layer_bwd_work layer_bwd_work_layout(const layer_problem *p,
+                                            const layer_bwd_plan *lp, char *s)
+{
+    const int64_t n = p->n;
+    layer_bwd_work w = {.xq = p->x_q,
+                        .xkv = p->x_kv,
+                        .wq = p->hq * p->dk,
+                        .wk = p->hkv * p->dk,
+                        .wv = p->hkv * p->dv,
+                        .wo = p->hq * p->dv};
+    w.q = sdpa_layer_scratch_rows(s, lp->off_q, n, p->tq, w.wq);
+    w.k = sdpa_layer_scratch_rows(s, lp->off_k, n, p->tk, w.wk);
+    w.v = sdpa_layer_scratch_rows(s, lp->off_v, n, p->tk, w.wv);
+    w.o = sdpa_layer_scratch_rows(s, lp->off_o, n, p->tq, w.wo);
+    w.d_o = sdpa_layer_scratch_rows(s, lp->off_do, n, p->tq, w.wo);
+    w.dq = sdpa_layer_scratch_rows(s, lp->off_dq, n, p->tq, w.wq);
+    w.dk = sdpa_layer_scratch_rows(s, lp->off_dk, n, p->tk, w.wk);
+    w.dv = sdpa_layer_scratch_rows(s, lp->off_dv, n, p->tk, w.wv);
+    w.q_view = sdpa_tensor_bthd(w.q.data, n, p->hq, p->tq, p->dk);
+    w.k_view = sdpa_tensor_bthd(w.k.data, n, p->hkv, p->tk, p->dk);
+    w.dq_view = sdpa_tensor_bthd(w.dq.data, n, p->hq, p->tq, p->dk);
+    w.dk_view = sdpa_tensor_bthd(w.dk.data, n, p->hkv, p->tk, p->dk);
+    w.rope = p->positions == SDPA_POS_ROPE_HALF ||
+             p->positions == SDPA_POS_ROPE_INTERLEAVED;
+    w.style = p->positions == SDPA_POS_ROPE_HALF ? SDPA_ROPE_HALF
+                                                 : SDPA_ROPE_INTERLEAVED;
+    return w;
+}
+
 /* The static layer_backward_f32/_f64 and its transposed products and
  * column sums (HACKING.md's naming rule). */
 #define SDPA_TEMPLATE "layer/layer_backward_impl.h"
 #include "core/instantiate.h"
 
-/* ---- validation ---------------------------------------------------------
- */
-
-/* Checks a [N, 1, len, d_model] layer tensor (x_q, x_kv, dy, dx_q, dx_kv)
- * by sdpa_mha_forward's rules: positive extents, N and d_model as given,
- * len as given unless it is negative, strides >= 0 with the innermost 1,
- * rows no closer than their length, an output that writes no element
- * twice, no overflow. Fills *rows and *r (its bytes). */
-static int check_rows(sdpa_ctx *ctx, const char *name, const sdpa_tensor *t,
-                      int64_t n, int64_t len_expected, int64_t e, bool output,
-                      size_t esize, layer_rows *rows, layer_range *r)
-{
-    int status = sdpa_layer_check_shape(ctx, WHO, name, t);
-    if (status != SDPA_OK)
-        return status;
-    if (t->shape[0] != n || t->shape[3] != e ||
-        (len_expected >= 0 && t->shape[2] != len_expected))
-        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                         WHO "%s is [%lld, 1, %lld, %lld], but the layer has "
-                             "N = %lld, d_model = %lld%s",
-                         name, (long long)t->shape[0], (long long)t->shape[2],
-                         (long long)t->shape[3], (long long)n, (long long)e,
-                         len_expected >= 0 ? " and that many tokens" : "");
-    layer_rows checked;
-    layer_range bytes;
-    status = sdpa_layer_check_strides(ctx, WHO, name, t, n, e, output, esize,
-                                      &checked, &bytes);
-    if (status != SDPA_OK)
-        return status;
-    if (checked.s2 > INT_MAX || checked.s0 > INT_MAX)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         WHO "a stride of %s is above the BLAS int limit %d",
-                         name, INT_MAX);
-    *rows = checked;
-    *r = bytes;
-    return SDPA_OK;
-}
-
-/* A position that cannot be negated (the inverse rotation's). */
-static bool has_int64_min(const int64_t *pos, int64_t count)
-{
-    for (int64_t i = 0; pos && i < count; i++)
-        if (pos[i] == INT64_MIN)
-            return true;
-    return false;
-}
-
-/* Everything about the positional encoding (layer.c's rules). */
-static int check_positions(sdpa_ctx *ctx, const sdpa_mha_args *a, bwd_plan *lp)
-{
-    if (a->positions < SDPA_POS_NONE ||
-        a->positions > SDPA_POS_ROPE_INTERLEAVED)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                         WHO "forward->positions is %d, not an SDPA_POS_* "
-                             "value",
-                         a->positions);
-    int status = sdpa_layer_check_pos_values(ctx, WHO, a);
-    if (status != SDPA_OK)
-        return status;
-    if (lp->self && a->pos_kv)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                         WHO "pos_kv is set in self-attention (x_kv "
-                             "absent)");
-    bool rope = a->positions == SDPA_POS_ROPE_HALF ||
-                a->positions == SDPA_POS_ROPE_INTERLEAVED;
-    if (rope && lp->dk % 2 != 0)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                         WHO "RoPE rotates pairs, but dim_k is %lld, odd",
-                         (long long)lp->dk);
-    status =
-        sdpa_layer_check_pos_offset(ctx, WHO, a->pos_offset, lp->tq, lp->tk);
-    if (status != SDPA_OK)
-        return status;
-    if (rope && (a->pos_offset == INT64_MIN ||
-                 has_int64_min(a->pos_q, lp->n * lp->tq) ||
-                 has_int64_min(a->pos_kv, lp->n * lp->tk)))
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         WHO "a position is INT64_MIN, whose rotation the "
-                             "backward cannot invert (it negates positions)");
-    lp->positions = a->positions;
-    lp->base = a->pos_base;
-    lp->offset = a->pos_offset;
-    lp->pos_q = a->pos_q;
-    lp->pos_kv = lp->self ? a->pos_q : a->pos_kv;
-    return SDPA_OK;
-}
+/* ---- validate ---------------------------------------------------------- */
 
 /* The attention options: a zero-filled copy of *attn as this library
  * knows it, without any tensor the layer makes or an output of it. */
-static int check_attn(sdpa_ctx *ctx, const sdpa_mha_args *a, bwd_plan *lp)
+static int check_attn(sdpa_ctx *ctx, const sdpa_mha_args *a, layer_problem *p)
 {
-    sdpa_forward_args *f = &lp->attn;
+    sdpa_forward_args *f = &p->attn;
     int status = sdpa_layer_import_attn(ctx, WHO, "forward->attn", a->attn,
-                                        lp->dtype, "", f);
+                                        p->dtype, "", f);
     if (status != SDPA_OK)
         return status;
     /* the forward's outputs: not written by the backward */
@@ -197,132 +152,85 @@ static int check_attn(sdpa_ctx *ctx, const sdpa_mha_args *a, bwd_plan *lp)
 }
 
 /* The outputs meet neither each other nor what is read while they are
- * written (x_q, x_kv, dy, the weights and the biases). */
-static int check_overlaps(sdpa_ctx *ctx, const bwd_plan *lp,
+ * written (x_q, x_kv, dy, the weights and the biases): rows[0,
+ * n_rows_in) are inputs, the rest outputs. */
+static int check_overlaps(sdpa_ctx *ctx, const layer_bwd_problem *lb,
                           const layer_range *rows, int n_rows_in, int n_rows)
 {
-    const size_t es = lp->esize, e = (size_t)lp->e;
-    size_t wq = (size_t)(lp->hq * lp->dk), wk = (size_t)(lp->hkv * lp->dk);
-    size_t wv = (size_t)(lp->hkv * lp->dv), wo = (size_t)(lp->hq * lp->dv);
-    const struct {
-        const char *name;
-        const void *p;
-        size_t elems, times; /* their product, the element count */
-        bool output;
-    } params[] = {
-        {"w_q", lp->w_q, e, wq, false},  {"w_k", lp->w_k, e, wk, false},
-        {"w_v", lp->w_v, e, wv, false},  {"w_o", lp->w_o, wo, e, false},
-        {"b_q", lp->b_q, wq, 1, false},  {"b_k", lp->b_k, wk, 1, false},
-        {"b_v", lp->b_v, wv, 1, false},  {"b_o", lp->b_o, e, 1, false},
-        {"dw_q", lp->dw_q, e, wq, true}, {"dw_k", lp->dw_k, e, wk, true},
-        {"dw_v", lp->dw_v, e, wv, true}, {"dw_o", lp->dw_o, wo, e, true},
-        {"db_q", lp->db_q, wq, 1, true}, {"db_k", lp->db_k, wk, 1, true},
-        {"db_v", lp->db_v, wv, 1, true}, {"db_o", lp->db_o, e, 1, true}};
-    enum { PARAMS = sizeof params / sizeof params[0] };
-    layer_range in[PARAMS + 3], out[PARAMS + 2];
+    const layer_problem *p = &lb->p;
+    const void *const params[8] = {p->w_q, p->w_k, p->w_v, p->w_o,
+                                   p->b_q, p->b_k, p->b_v, p->b_o};
+    const void *const grads[8] = {lb->dw_q, lb->dw_k, lb->dw_v, lb->dw_o,
+                                  lb->db_q, lb->db_k, lb->db_v, lb->db_o};
+    static const char *const param_names[8] = {"w_q", "w_k", "w_v", "w_o",
+                                               "b_q", "b_k", "b_v", "b_o"};
+    static const char *const grad_names[8] = {"dw_q", "dw_k", "dw_v", "dw_o",
+                                              "db_q", "db_k", "db_v", "db_o"};
+    layer_range in[8 + 3], out[8 + 2];
     int n_in = 0, n_out = 0;
     for (int i = 0; i < n_rows; i++)
         if (i < n_rows_in)
             in[n_in++] = rows[i];
         else
             out[n_out++] = rows[i];
-    for (int i = 0; i < PARAMS; i++) {
-        layer_range r;
-        if (!params[i].p)
-            continue;
-        int status =
-            sdpa_layer_param_range(ctx, WHO, params[i].name, params[i].p,
-                                   params[i].elems, params[i].times, es, &r);
-        if (status != SDPA_OK)
-            return status;
-        if (params[i].output)
-            out[n_out++] = r;
-        else
-            in[n_in++] = r;
-    }
+    int status =
+        sdpa_layer_param_ranges(ctx, WHO, p, params, param_names, in, &n_in);
+    if (status == SDPA_OK)
+        status = sdpa_layer_param_ranges(ctx, WHO, p, grads, grad_names, out,
+                                         &n_out);
+    if (status != SDPA_OK)
+        return status;
     for (int o = 0; o < n_out; o++) {
         for (int i = 0; i < n_in; i++)
             if (sdpa_layer_ranges_meet(&out[o], &in[i]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
                                  WHO "output %s overlaps the input %s",
                                  out[o].name, in[i].name);
-        for (int p = 0; p < o; p++)
-            if (sdpa_layer_ranges_meet(&out[o], &out[p]))
+        for (int q = 0; q < o; q++)
+            if (sdpa_layer_ranges_meet(&out[o], &out[q]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
                                  WHO "output %s overlaps output %s",
-                                 out[o].name, out[p].name);
+                                 out[o].name, out[q].name);
     }
     return SDPA_OK;
 }
 
-/* Where each piece of scratch goes, and how much there is. */
-static int place_scratch(sdpa_ctx *ctx, bwd_plan *lp)
+/* dy, dx_q and dx_kv ([N, 1, T, d_model] of Tq, Tq and Tk tokens); their
+ * bytes into rows[*count]. */
+static int check_gradient_rows(sdpa_ctx *ctx, const sdpa_mha_backward_args *b,
+                               layer_bwd_problem *lb, layer_range *rows,
+                               int *count, int *n_in)
 {
-    const size_t es = lp->esize, e = (size_t)lp->e;
-    const size_t rows_q = (size_t)(lp->n * lp->tq);
-    const size_t rows_k = (size_t)(lp->n * lp->tk);
-    const bool rope = lp->positions == SDPA_POS_ROPE_HALF ||
-                      lp->positions == SDPA_POS_ROPE_INTERLEAVED;
-    size_t total = 0, count;
-    bool ok = true;
-    lp->off_pq = lp->off_pk = lp->off_nq = lp->off_nk = SIZE_MAX;
-    lp->off_table = lp->off_xq = lp->off_xkv = SIZE_MAX;
-    if (rope) {
-        if (!lp->pos_q && lp->offset != 0)
-            lp->off_pq = sdpa_layer_take(&total, rows_q, sizeof(int64_t), &ok);
-        lp->off_nq = sdpa_layer_take(&total, rows_q, sizeof(int64_t), &ok);
-        if (!lp->self) {
-            if (!lp->pos_kv && lp->offset != 0)
-                lp->off_pk =
-                    sdpa_layer_take(&total, rows_k, sizeof(int64_t), &ok);
-            lp->off_nk = sdpa_layer_take(&total, rows_k, sizeof(int64_t), &ok);
-        }
-    }
-    if (lp->positions == SDPA_POS_SINUSOIDAL) {
-        size_t longest = (size_t)(lp->tq > lp->tk ? lp->tq : lp->tk);
-        ok = ok && sdpa_mul_size(longest, e, &count);
-        lp->off_table = sdpa_layer_take(&total, ok ? count : 0, es, &ok);
-        ok = ok && sdpa_mul_size(rows_q, e, &count);
-        lp->off_xq = sdpa_layer_take(&total, ok ? count : 0, es, &ok);
-        if (!lp->self) {
-            ok = ok && sdpa_mul_size(rows_k, e, &count);
-            lp->off_xkv = sdpa_layer_take(&total, ok ? count : 0, es, &ok);
-        }
-    }
-    const size_t wq = (size_t)(lp->hq * lp->dk),
-                 wk = (size_t)(lp->hkv * lp->dk);
-    const size_t wv = (size_t)(lp->hkv * lp->dv),
-                 wo = (size_t)(lp->hq * lp->dv);
-    const struct {
-        size_t *off, rows, width;
-    } parts[] = {{&lp->off_q, rows_q, wq},
-                 {&lp->off_k, rows_k, wk},
-                 {&lp->off_v, rows_k, wv},
-                 {&lp->off_o, rows_q, wo},
-                 {&lp->off_lse, rows_q, (size_t)lp->hq},
-                 {&lp->off_do, rows_q, wo},
-                 {&lp->off_dq, rows_q, wq},
-                 {&lp->off_dk, rows_k, wk},
-                 {&lp->off_dv, rows_k, wv}};
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        ok = ok && sdpa_mul_size(parts[i].rows, parts[i].width, &count);
-        *parts[i].off = sdpa_layer_take(&total, ok ? count : 0, es, &ok);
-    }
-    if (!ok || total > PTRDIFF_MAX)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         WHO "the scratch (projections of %lld and %lld "
-                             "rows) overflows size_t",
-                         (long long)lp->n * lp->tq, (long long)lp->n * lp->tk);
-    lp->bytes = total;
-    return SDPA_OK;
+    const layer_problem *p = &lb->p;
+    int status =
+        sdpa_layer_check_rows(ctx, WHO, true, "dy", &b->dy, p->n, p->tq, p->e,
+                              false, p->esize, &lb->dy, &rows[(*count)++]);
+    if (status != SDPA_OK)
+        return status;
+    *n_in = *count;
+    lb->has_dx_q = b->dx_q.data != NULL;
+    lb->has_dx_kv = b->dx_kv.data != NULL;
+    if (lb->has_dx_kv && p->self)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
+                         WHO "dx_kv is set in self-attention (forward->x_kv "
+                             "absent): dx_q receives the whole gradient");
+    if (lb->has_dx_q)
+        status = sdpa_layer_check_rows(ctx, WHO, true, "dx_q", &b->dx_q, p->n,
+                                       p->tq, p->e, true, p->esize, &lb->dx_q,
+                                       &rows[(*count)++]);
+    if (status == SDPA_OK && lb->has_dx_kv)
+        status = sdpa_layer_check_rows(ctx, WHO, true, "dx_kv", &b->dx_kv, p->n,
+                                       p->tk, p->e, true, p->esize, &lb->dx_kv,
+                                       &rows[(*count)++]);
+    return status;
 }
 
 static int validate(sdpa_ctx *ctx, const sdpa_mha_backward_args *caller,
-                    bwd_plan *lp)
+                    layer_bwd_problem *lb)
 {
     sdpa_mha_backward_args b;
-    int status = sdpa_struct_import(
-        ctx, WHO "args", caller, SDPA_MHA_BACKWARD_ARGS_SIZE_V1, &b, sizeof b);
+    int status = sdpa_import_args(ctx, "sdpa_mha_backward", caller,
+                                  SDPA_MHA_BACKWARD_ARGS_SIZE_V1, &b, sizeof b);
     if (status != SDPA_OK)
         return status;
     if (!b.forward)
@@ -332,108 +240,86 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_backward_args *caller,
                                 SDPA_MHA_ARGS_SIZE_V1, &a, sizeof a);
     if (status != SDPA_OK)
         return status;
-    memset(lp, 0, sizeof *lp);
-    if (a.dtype != SDPA_FLOAT32 && a.dtype != SDPA_FLOAT64)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         WHO "forward->dtype %d is neither SDPA_FLOAT32 nor "
-                             "SDPA_FLOAT64",
-                         a.dtype);
-    lp->dtype = a.dtype;
-    lp->esize = a.dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
-    const struct {
-        const char *name;
-        const void *p;
-    } required[] = {{"forward->x_q.data", a.x_q.data}, {"forward->w_q", a.w_q},
-                    {"forward->w_k", a.w_k},           {"forward->w_v", a.w_v},
-                    {"forward->w_o", a.w_o},           {"dy.data", b.dy.data}};
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        if (!required[i].p)
-            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, WHO "%s is NULL",
-                             required[i].name);
-
-    /* x_q fixes N, Tq and d_model; the heads fix the widths. */
-    const int64_t n = a.x_q.shape[0], e = a.x_q.shape[3];
+    memset(lb, 0, sizeof *lb);
+    layer_problem *p = &lb->p;
+    status = sdpa_layer_check_dtype(ctx, WHO, "forward->", &a, p);
+    if (status != SDPA_OK)
+        return status;
+    const layer_required required[] = {
+        {"forward->x_q.data", a.x_q.data}, {"forward->w_q", a.w_q},
+        {"forward->w_k", a.w_k},           {"forward->w_v", a.w_v},
+        {"forward->w_o", a.w_o},           {"dy.data", b.dy.data}};
+    status = sdpa_layer_check_required(ctx, WHO, required,
+                                       sizeof required / sizeof required[0]);
+    if (status != SDPA_OK)
+        return status;
     layer_range rows[5];
-    int n_rows = 0;
-    status = check_rows(ctx, "x_q", &a.x_q, n, -1, e, false, lp->esize,
-                        &lp->x_q, &rows[n_rows++]);
-    if (status != SDPA_OK)
-        return status;
-    int64_t hq, hkv, dk, dv;
-    status = sdpa_layer_check_heads(ctx, WHO, "forward->", &a, n, e, &hq, &hkv,
-                                    &dk, &dv);
-    if (status != SDPA_OK)
-        return status;
-    const int64_t limit = INT_MAX;
-    lp->n = n, lp->e = e, lp->hq = hq, lp->hkv = hkv, lp->dk = dk, lp->dv = dv;
-    lp->tq = a.x_q.shape[2];
-    lp->self = a.x_kv.data == NULL;
-    if (lp->self) {
-        lp->x_kv = lp->x_q;
-    } else {
-        status = check_rows(ctx, "x_kv", &a.x_kv, n, -1, e, false, lp->esize,
-                            &lp->x_kv, &rows[n_rows++]);
-        if (status != SDPA_OK)
-            return status;
-    }
-    lp->tk = lp->x_kv.len;
-    if (lp->tq > limit / n || lp->tk > limit / n)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         WHO "N · Tq or N · Tk is above the BLAS int limit "
-                             "%d",
-                         INT_MAX);
-    status = check_rows(ctx, "dy", &b.dy, n, lp->tq, e, false, lp->esize,
-                        &lp->dy, &rows[n_rows++]);
-    if (status != SDPA_OK)
-        return status;
-    const int n_rows_in = n_rows;
-    lp->has_dx_q = b.dx_q.data != NULL;
-    lp->has_dx_kv = b.dx_kv.data != NULL;
-    if (lp->has_dx_kv && lp->self)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
-                         WHO "dx_kv is set in self-attention (forward->x_kv "
-                             "absent): dx_q receives the whole gradient");
-    if (lp->has_dx_q)
-        status = check_rows(ctx, "dx_q", &b.dx_q, n, lp->tq, e, true, lp->esize,
-                            &lp->dx_q, &rows[n_rows++]);
-    if (status == SDPA_OK && lp->has_dx_kv)
-        status = check_rows(ctx, "dx_kv", &b.dx_kv, n, lp->tk, e, true,
-                            lp->esize, &lp->dx_kv, &rows[n_rows++]);
+    int n_rows = 0, n_rows_in = 0;
+    status = sdpa_layer_check_inputs(ctx, WHO, true, "forward->", &a, p, rows,
+                                     &n_rows);
     if (status == SDPA_OK)
-        status = check_positions(ctx, &a, lp);
+        status = check_gradient_rows(ctx, &b, lb, rows, &n_rows, &n_rows_in);
     if (status == SDPA_OK)
-        status = check_attn(ctx, &a, lp);
+        status = sdpa_layer_check_positions(ctx, WHO, true, "forward->", &a, p);
+    if (status == SDPA_OK)
+        status = check_attn(ctx, &a, p);
     if (status != SDPA_OK)
         return status;
-    lp->w_q = a.w_q, lp->w_k = a.w_k, lp->w_v = a.w_v, lp->w_o = a.w_o;
-    lp->b_q = a.b_q, lp->b_k = a.b_k, lp->b_v = a.b_v, lp->b_o = a.b_o;
-    lp->dw_q = b.dw_q, lp->dw_k = b.dw_k, lp->dw_v = b.dw_v, lp->dw_o = b.dw_o;
-    lp->db_q = b.db_q, lp->db_k = b.db_k, lp->db_v = b.db_v, lp->db_o = b.db_o;
-    status = check_overlaps(ctx, lp, rows, n_rows_in, n_rows);
-    if (status != SDPA_OK)
-        return status;
-    return place_scratch(ctx, lp);
+    lb->dw_q = b.dw_q, lb->dw_k = b.dw_k, lb->dw_v = b.dw_v, lb->dw_o = b.dw_o;
+    lb->db_q = b.db_q, lb->db_k = b.db_k, lb->db_v = b.db_v, lb->db_o = b.db_o;
+    return check_overlaps(ctx, lb, rows, n_rows_in, n_rows);
 }
+
+/* ---- plan -------------------------------------------------------------- */
+
+static int plan(sdpa_ctx *ctx, const layer_problem *p, layer_bwd_plan *lp)
+{
+    const size_t rows_q = (size_t)(p->n * p->tq);
+    const size_t rows_k = (size_t)(p->n * p->tk);
+    size_t total = 0;
+    bool ok = true;
+    sdpa_layer_place_positions(p, true, &lp->pos, &total, &ok);
+    const size_t wq = (size_t)(p->hq * p->dk), wk = (size_t)(p->hkv * p->dk);
+    const size_t wv = (size_t)(p->hkv * p->dv), wo = (size_t)(p->hq * p->dv);
+    const layer_region regions[] = {{&lp->off_q, rows_q, wq},
+                                    {&lp->off_k, rows_k, wk},
+                                    {&lp->off_v, rows_k, wv},
+                                    {&lp->off_o, rows_q, wo},
+                                    {&lp->off_lse, rows_q, (size_t)p->hq},
+                                    {&lp->off_do, rows_q, wo},
+                                    {&lp->off_dq, rows_q, wq},
+                                    {&lp->off_dk, rows_k, wk},
+                                    {&lp->off_dv, rows_k, wv}};
+    sdpa_layer_place(regions, sizeof regions / sizeof regions[0], p->esize,
+                     &total, &ok);
+    if (!ok || total > PTRDIFF_MAX)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         WHO "the scratch (projections of %lld and %lld "
+                             "rows) overflows size_t",
+                         (long long)p->n * p->tq, (long long)p->n * p->tk);
+    lp->bytes = total;
+    return SDPA_OK;
+}
+
+/* ---- run: layer_backward_f32 / _f64 ------------------------------------ */
 
 int sdpa_mha_backward(sdpa_ctx *ctx, const sdpa_mha_backward_args *args)
 {
-    if (!ctx)
-        return SDPA_ERR_NULL_POINTER;
-    ctx->message[0] = '\0';
-    if (!args)
-        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, WHO "args is NULL");
-    bwd_plan lp;
-    int status = validate(ctx, args, &lp);
+    layer_bwd_problem lb;
+    layer_bwd_plan lp;
+    int status = validate(ctx, args, &lb);
+    if (status == SDPA_OK)
+        status = plan(ctx, &lb.p, &lp);
     if (status != SDPA_OK)
         return status;
-    status = sdpa_layer_reserve(ctx, lp.bytes);
+    status = sdpa_layer_reserve(ctx, "sdpa_mha_backward", lp.bytes);
     if (status != SDPA_OK)
         return sdpa_fail(ctx, status,
                          WHO "cannot allocate %zu bytes of scratch for the "
                              "projections and their gradients",
                          lp.bytes);
     char *scratch = ctx->layer.ptr;
-    if (lp.dtype == SDPA_FLOAT32)
-        return layer_backward_f32(ctx, &lp, scratch);
-    return layer_backward_f64(ctx, &lp, scratch);
+    if (lb.p.dtype == SDPA_FLOAT32)
+        return layer_backward_f32(ctx, &lb, &lp, scratch);
+    return layer_backward_f64(ctx, &lb, &lp, scratch);
 }

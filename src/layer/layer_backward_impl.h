@@ -45,94 +45,57 @@ static void NAME(col_sums)(const layer_rows *g, int64_t cols, T *db)
         }
 }
 
-/* The whole pass on validated arguments and reserved scratch s. Returns
- * SDPA_OK or the status of the recomputed attention (forward or
- * backward), before anything of the caller's is written. */
-static int NAME(layer_backward)(sdpa_ctx *ctx, const bwd_plan *lp, char *s)
+/* Step 2 of the recomputed forward: Q, K, V as the forward computes them, and
+ * RoPE on Q and K (the negated positions kept for the inverse rotation, w->nq,
+ * w->nk). */
+static void NAME(recompute_projections)(const layer_problem *p,
+                                        const layer_bwd_plan *lp, char *s,
+                                        layer_bwd_work *w)
 {
-    const int64_t n = lp->n, e = lp->e;
-    const int64_t wq = lp->hq * lp->dk, wk = lp->hkv * lp->dk;
-    const int64_t wv = lp->hkv * lp->dv, wo = lp->hq * lp->dv;
-    const T *w_q = lp->w_q, *w_k = lp->w_k, *w_v = lp->w_v, *w_o = lp->w_o;
+    const int64_t n = p->n, e = p->e;
+    NAME(gemm_rows)(&w->xq, e, p->w_q, w->wq, p->b_q, &w->q);
+    NAME(gemm_rows)(&w->xkv, e, p->w_k, w->wk, p->b_k, &w->k);
+    NAME(gemm_rows)(&w->xkv, e, p->w_v, w->wv, p->b_v, &w->v);
+    if (!w->rope)
+        return;
+    const int64_t *pq, *pk, *nq, *nk;
+    sdpa_layer_rope_positions(p, &lp->pos, s, &pq, &pk);
+    nq = p->pos_q ? negate_positions(s, lp->pos.nq, n, p->tq, p->pos_q)
+                  : sdpa_layer_fill_positions(s, lp->pos.nq, n, p->tq,
+                                              p->offset, -1);
+    if (p->self)
+        nk = nq;
+    else
+        nk = p->pos_kv ? negate_positions(s, lp->pos.nk, n, p->tk, p->pos_kv)
+                       : sdpa_layer_fill_positions(s, lp->pos.nk, n, p->tk,
+                                                   p->offset, -1);
+    (void)sdpa_rope_apply(p->dtype, w->q_view, pq, w->style, p->base, 0);
+    (void)sdpa_rope_apply(p->dtype, w->k_view, pk, w->style, p->base, 0);
+    w->nq = nq;
+    w->nk = nk;
+}
 
-    /* the forward, recomputed: X~, Q, K, V, RoPE, attention with lse */
-    layer_rows xq = lp->x_q, xkv = lp->x_kv;
-    if (lp->positions == SDPA_POS_SINUSOIDAL) {
-        T *table = (T *)(void *)(s + lp->off_table);
-        layer_rows sq = sdpa_layer_scratch_rows(s, lp->off_xq, n, lp->tq, e);
-        NAME(add_sinusoidal)
-        (&xq, e, lp->pos_q, lp->offset, lp->base, table, (T *)(void *)sq.data);
-        xq = sq;
-        if (lp->self) {
-            xkv = sq;
-        } else {
-            layer_rows sk =
-                sdpa_layer_scratch_rows(s, lp->off_xkv, n, lp->tk, e);
-            NAME(add_sinusoidal)
-            (&xkv, e, lp->pos_kv, lp->offset, lp->base, table,
-             (T *)(void *)sk.data);
-            xkv = sk;
-        }
-    }
-    layer_rows q = sdpa_layer_scratch_rows(s, lp->off_q, n, lp->tq, wq);
-    layer_rows k = sdpa_layer_scratch_rows(s, lp->off_k, n, lp->tk, wk);
-    layer_rows v = sdpa_layer_scratch_rows(s, lp->off_v, n, lp->tk, wv);
-    layer_rows o = sdpa_layer_scratch_rows(s, lp->off_o, n, lp->tq, wo);
-    layer_rows d_o = sdpa_layer_scratch_rows(s, lp->off_do, n, lp->tq, wo);
-    layer_rows dq = sdpa_layer_scratch_rows(s, lp->off_dq, n, lp->tq, wq);
-    layer_rows dk = sdpa_layer_scratch_rows(s, lp->off_dk, n, lp->tk, wk);
-    layer_rows dv = sdpa_layer_scratch_rows(s, lp->off_dv, n, lp->tk, wv);
-    NAME(gemm_rows)(&xq, e, w_q, wq, lp->b_q, &q);
-    NAME(gemm_rows)(&xkv, e, w_k, wk, lp->b_k, &k);
-    NAME(gemm_rows)(&xkv, e, w_v, wv, lp->b_v, &v);
-    sdpa_tensor q_view = sdpa_tensor_bthd(q.data, n, lp->hq, lp->tq, lp->dk);
-    sdpa_tensor k_view = sdpa_tensor_bthd(k.data, n, lp->hkv, lp->tk, lp->dk);
-    sdpa_tensor dq_view = sdpa_tensor_bthd(dq.data, n, lp->hq, lp->tq, lp->dk);
-    sdpa_tensor dk_view = sdpa_tensor_bthd(dk.data, n, lp->hkv, lp->tk, lp->dk);
-    const bool rope = lp->positions == SDPA_POS_ROPE_HALF ||
-                      lp->positions == SDPA_POS_ROPE_INTERLEAVED;
-    const int style = lp->positions == SDPA_POS_ROPE_HALF
-                          ? SDPA_ROPE_HALF
-                          : SDPA_ROPE_INTERLEAVED;
-    const int64_t *pq = NULL, *pk = NULL, *nq = NULL, *nk = NULL;
-    if (rope) {
-        pq = lp->pos_q;
-        if (lp->off_pq != SIZE_MAX)
-            pq = sdpa_layer_fill_positions(s, lp->off_pq, n, lp->tq, lp->offset,
-                                           1);
-        nq = lp->pos_q ? negate_positions(s, lp->off_nq, n, lp->tq, lp->pos_q)
-                       : sdpa_layer_fill_positions(s, lp->off_nq, n, lp->tq,
-                                                   lp->offset, -1);
-        if (lp->self) {
-            pk = pq;
-            nk = nq;
-        } else {
-            pk = lp->pos_kv;
-            if (lp->off_pk != SIZE_MAX)
-                pk = sdpa_layer_fill_positions(s, lp->off_pk, n, lp->tk,
-                                               lp->offset, 1);
-            nk = lp->pos_kv
-                     ? negate_positions(s, lp->off_nk, n, lp->tk, lp->pos_kv)
-                     : sdpa_layer_fill_positions(s, lp->off_nk, n, lp->tk,
-                                                 lp->offset, -1);
-        }
-        (void)sdpa_rope_apply(lp->dtype, q_view, pq, style, lp->base, 0);
-        (void)sdpa_rope_apply(lp->dtype, k_view, pk, style, lp->base, 0);
-    }
-    sdpa_forward_args f = lp->attn;
-    f.q = q_view;
-    f.k = k_view;
-    f.v = sdpa_tensor_bthd(v.data, n, lp->hkv, lp->tk, lp->dv);
-    f.out = sdpa_tensor_bthd(o.data, n, lp->hq, lp->tq, lp->dv);
-    f.lse = sdpa_tensor_bhtd(s + lp->off_lse, n, lp->hq, lp->tq, 1);
+/* Steps 3 and 4: the attention with the lse output into O, dO = dy W_Oᵀ,
+ * then the attention's gradients dQ, dK, dV. */
+static int NAME(attention_gradients)(sdpa_ctx *ctx, const layer_bwd_problem *lb,
+                                     const layer_bwd_plan *lp, char *s,
+                                     const layer_bwd_work *w)
+{
+    const layer_problem *p = &lb->p;
+    const int64_t n = p->n;
+    sdpa_forward_args f = p->attn;
+    f.q = w->q_view;
+    f.k = w->k_view;
+    f.v = sdpa_tensor_bthd(w->v.data, n, p->hkv, p->tk, p->dv);
+    f.out = sdpa_tensor_bthd(w->o.data, n, p->hq, p->tq, p->dv);
+    f.lse = sdpa_tensor_bhtd(s + lp->off_lse, n, p->hq, p->tq, 1);
     int status = sdpa_forward(ctx, &f);
     if (status != SDPA_OK)
         return sdpa_layer_attention_failed(ctx, WHO, status);
 
-    /* dO = dy W_Oᵀ, then the attention's gradients */
-    NAME(gemm_rows_nt)(&lp->dy, e, w_o, wo, &d_o, (T)0);
+    NAME(gemm_rows_nt)(&lb->dy, p->e, p->w_o, w->wo, &w->d_o, (T)0);
     sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
-    g.dtype = lp->dtype;
+    g.dtype = p->dtype;
     g.causal = f.causal;
     g.flags = f.flags;
     g.scale = f.scale;
@@ -145,10 +108,10 @@ static int NAME(layer_backward)(sdpa_ctx *ctx, const bwd_plan *lp, char *s)
     g.bias = f.bias;
     g.out = f.out;
     g.lse = f.lse;
-    g.dout = sdpa_tensor_bthd(d_o.data, n, lp->hq, lp->tq, lp->dv);
-    g.dq = dq_view;
-    g.dk = dk_view;
-    g.dv = sdpa_tensor_bthd(dv.data, n, lp->hkv, lp->tk, lp->dv);
+    g.dout = sdpa_tensor_bthd(w->d_o.data, n, p->hq, p->tq, p->dv);
+    g.dq = w->dq_view;
+    g.dk = w->dk_view;
+    g.dv = sdpa_tensor_bthd(w->dv.data, n, p->hkv, p->tk, p->dv);
     g.window_left = f.window_left;
     g.window_right = f.window_right;
     g.alibi_slopes = f.alibi_slopes;
@@ -156,38 +119,70 @@ static int NAME(layer_backward)(sdpa_ctx *ctx, const bwd_plan *lp, char *s)
     status = sdpa_backward(ctx, &g);
     if (status != SDPA_OK)
         return sdpa_layer_attention_failed(ctx, WHO, status);
+    return SDPA_OK;
+}
 
-    /* Nothing can fail from here on: the caller's outputs. */
-    if (lp->dw_o)
-        NAME(gemm_rows_tn)(&o, wo, &lp->dy, e, lp->dw_o);
-    if (lp->db_o)
-        NAME(col_sums)(&lp->dy, e, lp->db_o);
-    if (rope) { /* the transpose of a rotation is the opposite rotation */
-        (void)sdpa_rope_apply(lp->dtype, dq_view, nq, style, lp->base, 0);
-        (void)sdpa_rope_apply(lp->dtype, dk_view, nk, style, lp->base, 0);
+/* Step 5, the caller's outputs: the parameters' gradients (dQ and dK
+ * rotated back first: the transpose of a rotation is the opposite one),
+ * then the inputs'. */
+static void NAME(write_gradients)(const layer_bwd_problem *lb,
+                                  const layer_bwd_work *w)
+{
+    const layer_problem *p = &lb->p;
+    const int64_t e = p->e, wq = w->wq, wk = w->wk, wv = w->wv, wo = w->wo;
+    const T *w_q = p->w_q, *w_k = p->w_k, *w_v = p->w_v;
+    if (lb->dw_o)
+        NAME(gemm_rows_tn)(&w->o, wo, &lb->dy, e, lb->dw_o);
+    if (lb->db_o)
+        NAME(col_sums)(&lb->dy, e, lb->db_o);
+    if (w->rope) {
+        (void)sdpa_rope_apply(p->dtype, w->dq_view, w->nq, w->style, p->base,
+                              0);
+        (void)sdpa_rope_apply(p->dtype, w->dk_view, w->nk, w->style, p->base,
+                              0);
     }
-    if (lp->dw_q)
-        NAME(gemm_rows_tn)(&xq, e, &dq, wq, lp->dw_q);
-    if (lp->dw_k)
-        NAME(gemm_rows_tn)(&xkv, e, &dk, wk, lp->dw_k);
-    if (lp->dw_v)
-        NAME(gemm_rows_tn)(&xkv, e, &dv, wv, lp->dw_v);
-    if (lp->db_q)
-        NAME(col_sums)(&dq, wq, lp->db_q);
-    if (lp->db_k)
-        NAME(col_sums)(&dk, wk, lp->db_k);
-    if (lp->db_v)
-        NAME(col_sums)(&dv, wv, lp->db_v);
-    if (lp->has_dx_q) {
-        NAME(gemm_rows_nt)(&dq, wq, w_q, e, &lp->dx_q, (T)0);
-        if (lp->self) {
-            NAME(gemm_rows_nt)(&dk, wk, w_k, e, &lp->dx_q, (T)1);
-            NAME(gemm_rows_nt)(&dv, wv, w_v, e, &lp->dx_q, (T)1);
+    if (lb->dw_q)
+        NAME(gemm_rows_tn)(&w->xq, e, &w->dq, wq, lb->dw_q);
+    if (lb->dw_k)
+        NAME(gemm_rows_tn)(&w->xkv, e, &w->dk, wk, lb->dw_k);
+    if (lb->dw_v)
+        NAME(gemm_rows_tn)(&w->xkv, e, &w->dv, wv, lb->dw_v);
+    if (lb->db_q)
+        NAME(col_sums)(&w->dq, wq, lb->db_q);
+    if (lb->db_k)
+        NAME(col_sums)(&w->dk, wk, lb->db_k);
+    if (lb->db_v)
+        NAME(col_sums)(&w->dv, wv, lb->db_v);
+    if (lb->has_dx_q) {
+        NAME(gemm_rows_nt)(&w->dq, wq, w_q, e, &lb->dx_q, (T)0);
+        if (p->self) {
+            NAME(gemm_rows_nt)(&w->dk, wk, w_k, e, &lb->dx_q, (T)1);
+            NAME(gemm_rows_nt)(&w->dv, wv, w_v, e, &lb->dx_q, (T)1);
         }
     }
-    if (lp->has_dx_kv) {
-        NAME(gemm_rows_nt)(&dk, wk, w_k, e, &lp->dx_kv, (T)0);
-        NAME(gemm_rows_nt)(&dv, wv, w_v, e, &lp->dx_kv, (T)1);
+    if (lb->has_dx_kv) {
+        NAME(gemm_rows_nt)(&w->dk, wk, w_k, e, &lb->dx_kv, (T)0);
+        NAME(gemm_rows_nt)(&w->dv, wv, w_v, e, &lb->dx_kv, (T)1);
     }
+}
+
+/* The whole pass on validated arguments and reserved scratch s. Returns
+ * SDPA_OK or the status of the recomputed attention (forward or
+ * backward), before anything of the caller's is written. */
+static int NAME(layer_backward)(sdpa_ctx *ctx, const layer_bwd_problem *lb,
+                                const layer_bwd_plan *lp, char *s)
+{
+    const layer_problem *p = &lb->p;
+    layer_bwd_work w = layer_bwd_work_layout(p, lp, s);
+    /* the forward, recomputed: X~ (step 1), Q, K, V and RoPE (2), the
+     * attention with lse (3) */
+    if (p->positions == SDPA_POS_SINUSOIDAL)
+        NAME(add_positions)(p, &lp->pos, s, &w.xq, &w.xkv);
+    NAME(recompute_projections)(p, lp, s, &w);
+    int status = NAME(attention_gradients)(ctx, lb, lp, s, &w);
+    if (status != SDPA_OK)
+        return status;
+    /* Nothing can fail from here on. */
+    NAME(write_gradients)(lb, &w);
     return SDPA_OK;
 }

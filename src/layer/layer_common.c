@@ -3,6 +3,7 @@
  * share (layer_common.h).
  */
 #include "layer/layer_common.h"
+#include "core/tensor_check.h"
 
 #include <limits.h>
 #include <float.h>
@@ -86,8 +87,10 @@ bool sdpa_layer_ranges_meet(const layer_range *a, const layer_range *b)
     return a->begin < b->end && b->begin < a->end;
 }
 
-int sdpa_layer_check_shape(sdpa_ctx *ctx, const char *who, const char *name,
-                           const sdpa_tensor *t)
+/* The first checks of a [N, 1, T, d_model] layer tensor `name`: positive
+ * extents, and shape[1] == 1. */
+static int check_shape(sdpa_ctx *ctx, const char *who, const char *name,
+                       const sdpa_tensor *t)
 {
     for (int d = 0; d < 4; d++)
         if (t->shape[d] <= 0)
@@ -102,34 +105,15 @@ int sdpa_layer_check_shape(sdpa_ctx *ctx, const char *who, const char *name,
     return SDPA_OK;
 }
 
-/* Would an output of n items of len rows of e elements (strides s0, s2,
- * 1) write an element twice? Sorted by stride, each dimension must step
- * past what the inner ones cover (sdpa_forward's rule for its outputs). */
-static bool rows_write_twice(int64_t n, int64_t s0, int64_t len, int64_t s2,
-                             int64_t e)
-{
-    int64_t ext[2] = {len, n}, step[2] = {s2, s0};
-    if (s0 < s2) {
-        ext[0] = n, ext[1] = len;
-        step[0] = s0, step[1] = s2;
-    }
-    int64_t covered = e - 1;
-    for (int i = 0; i < 2; i++) {
-        if (ext[i] == 1)
-            continue;
-        if (step[i] <= covered)
-            return true;
-        if (ext[i] - 1 > (INT64_MAX - covered) / step[i])
-            return false; /* too large to overlap: caught as overflow */
-        covered += (ext[i] - 1) * step[i];
-    }
-    return false;
-}
-
-int sdpa_layer_check_strides(sdpa_ctx *ctx, const char *who, const char *name,
-                             const sdpa_tensor *t, int64_t n, int64_t e,
-                             bool output, size_t esize, layer_rows *rows,
-                             layer_range *r)
+/* The stride checks of a layer tensor `name` of n items and d_model e
+ * whose shape is checked: strides >= 0 with the innermost 1, rows no
+ * closer than their length, an output that writes no element twice (by
+ * sdpa_forward's rule for its outputs), and an extent within the address
+ * space. Fills *rows and *r (its bytes). */
+static int check_strides(sdpa_ctx *ctx, const char *who, const char *name,
+                         const sdpa_tensor *t, int64_t n, int64_t e,
+                         bool output, size_t esize, layer_rows *rows,
+                         layer_range *r)
 {
     const int64_t len = t->shape[2];
     int64_t s0 = n > 1 ? t->stride[0] : 0, s2 = len > 1 ? t->stride[2] : 0;
@@ -146,7 +130,8 @@ int sdpa_layer_check_strides(sdpa_ctx *ctx, const char *who, const char *name,
                          "%s%s.stride[2] is %lld, below the row length "
                          "d_model = %lld",
                          who, name, (long long)s2, (long long)e);
-    if (output && rows_write_twice(n, s0, len, s2, e))
+    const int64_t shape[4] = {n, 1, len, e}, stride[4] = {s0, 0, s2, 1};
+    if (output && sdpa_overlaps_itself(shape, stride))
         return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
                          "%soutput %s has strides {%lld, %lld} over items "
                          "and tokens: its rows overlap",
@@ -207,8 +192,10 @@ int sdpa_layer_check_heads(sdpa_ctx *ctx, const char *who, const char *field,
     return SDPA_OK;
 }
 
-int sdpa_layer_check_pos_values(sdpa_ctx *ctx, const char *who,
-                                const sdpa_mha_args *a)
+/* The rules of the positional settings of *a that need no shapes: nothing
+ * set with SDPA_POS_NONE, and pos_base finite and >= 0. */
+static int check_pos_values(sdpa_ctx *ctx, const char *who,
+                            const sdpa_mha_args *a)
 {
     if (a->positions == SDPA_POS_NONE &&
         (a->pos_base != 0 || a->pos_offset != 0 || a->pos_q || a->pos_kv))
@@ -224,8 +211,9 @@ int sdpa_layer_check_pos_values(sdpa_ctx *ctx, const char *who,
     return SDPA_OK;
 }
 
-int sdpa_layer_check_pos_offset(sdpa_ctx *ctx, const char *who, int64_t offset,
-                                int64_t tq, int64_t tk)
+/* pos_offset + the longer of tq and tk tokens must not overflow int64. */
+static int check_pos_offset(sdpa_ctx *ctx, const char *who, int64_t offset,
+                            int64_t tq, int64_t tk)
 {
     int64_t longest = tq > tk ? tq : tk;
     if (offset > 0 && longest - 1 > INT64_MAX - offset)
@@ -287,9 +275,12 @@ int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
     return SDPA_OK;
 }
 
-int sdpa_layer_param_range(sdpa_ctx *ctx, const char *who, const char *name,
-                           const void *p, size_t elems, size_t times,
-                           size_t esize, layer_range *r)
+/* The range of a weight or bias `name` of elems · times elements at p
+ * (not NULL) into *r; SDPA_ERR_OVERFLOW when it passes the address
+ * space. */
+static int param_range(sdpa_ctx *ctx, const char *who, const char *name,
+                       const void *p, size_t elems, size_t times, size_t esize,
+                       layer_range *r)
 {
     size_t bytes;
     if (!sdpa_mul_size(elems, times, &bytes) ||
@@ -307,4 +298,254 @@ int sdpa_layer_attention_failed(sdpa_ctx *ctx, const char *who, int status)
     char why[sizeof ctx->message];
     memcpy(why, ctx->message, sizeof why);
     return sdpa_fail(ctx, status, "%sattention: %s", who, why);
+}
+
+int sdpa_layer_check_rows(sdpa_ctx *ctx, const char *who, bool backward,
+                          const char *name, const sdpa_tensor *t, int64_t n,
+                          int64_t len_expected, int64_t e, bool output,
+                          size_t esize, layer_rows *rows, layer_range *r)
+{
+    int status = check_shape(ctx, who, name, t);
+    if (status != SDPA_OK)
+        return status;
+    if (t->shape[0] != n || t->shape[3] != e ||
+        (len_expected >= 0 && t->shape[2] != len_expected)) {
+        if (!backward)
+            return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
+                             "%s%s is [%lld, 1, %lld, %lld], but x_q has N = "
+                             "%lld and d_model = %lld: they must agree",
+                             who, name, (long long)t->shape[0],
+                             (long long)t->shape[2], (long long)t->shape[3],
+                             (long long)n, (long long)e);
+        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
+                         "%s%s is [%lld, 1, %lld, %lld], but the layer has N "
+                         "= %lld, d_model = %lld%s",
+                         who, name, (long long)t->shape[0],
+                         (long long)t->shape[2], (long long)t->shape[3],
+                         (long long)n, (long long)e,
+                         len_expected >= 0 ? " and that many tokens" : "");
+    }
+    layer_rows checked;
+    layer_range bytes;
+    status =
+        check_strides(ctx, who, name, t, n, e, output, esize, &checked, &bytes);
+    if (status != SDPA_OK)
+        return status;
+    if (!backward && checked.s2 > INT_MAX)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%s%s.stride[2] is above the BLAS int limit %d", who,
+                         name, INT_MAX);
+    if (backward && (checked.s2 > INT_MAX || checked.s0 > INT_MAX))
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%sa stride of %s is above the BLAS int limit %d", who,
+                         name, INT_MAX);
+    *rows = checked;
+    *r = bytes;
+    return SDPA_OK;
+}
+
+int sdpa_layer_check_required(sdpa_ctx *ctx, const char *who,
+                              const layer_required *required, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (!required[i].ptr)
+            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, "%s%s is NULL", who,
+                             required[i].name);
+    return SDPA_OK;
+}
+
+int sdpa_layer_check_dtype(sdpa_ctx *ctx, const char *who, const char *field,
+                           const sdpa_mha_args *a, layer_problem *p)
+{
+    if (a->dtype != SDPA_FLOAT32 && a->dtype != SDPA_FLOAT64)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         "%s%sdtype %d is neither SDPA_FLOAT32 nor "
+                         "SDPA_FLOAT64",
+                         who, field, a->dtype);
+    p->dtype = a->dtype;
+    p->esize = a->dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
+    return SDPA_OK;
+}
+
+int sdpa_layer_check_inputs(sdpa_ctx *ctx, const char *who, bool backward,
+                            const char *field, const sdpa_mha_args *a,
+                            layer_problem *p, layer_range *r, int *count)
+{
+    const int64_t n = a->x_q.shape[0], e = a->x_q.shape[3];
+    int status =
+        sdpa_layer_check_rows(ctx, who, backward, "x_q", &a->x_q, n, -1, e,
+                              false, p->esize, &p->x_q, &r[(*count)++]);
+    if (status == SDPA_OK)
+        status = sdpa_layer_check_heads(ctx, who, field, a, n, e, &p->hq,
+                                        &p->hkv, &p->dk, &p->dv);
+    if (status != SDPA_OK)
+        return status;
+    p->n = n;
+    p->e = e;
+    p->tq = a->x_q.shape[2];
+    p->self = a->x_kv.data == NULL;
+    if (p->self) {
+        p->x_kv = p->x_q;
+    } else {
+        status =
+            sdpa_layer_check_rows(ctx, who, backward, "x_kv", &a->x_kv, n, -1,
+                                  e, false, p->esize, &p->x_kv, &r[(*count)++]);
+        if (status != SDPA_OK)
+            return status;
+    }
+    p->tk = p->x_kv.len;
+    const int64_t limit = INT_MAX;
+    if (p->tq > limit / n || p->tk > limit / n)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%sN · Tq or N · Tk is above the BLAS int limit %d",
+                         who, INT_MAX);
+    p->w_q = a->w_q, p->w_k = a->w_k, p->w_v = a->w_v, p->w_o = a->w_o;
+    p->b_q = a->b_q, p->b_k = a->b_k, p->b_v = a->b_v, p->b_o = a->b_o;
+    return SDPA_OK;
+}
+
+static const char *pos_name(int positions)
+{
+    static const char *const names[] = {"SDPA_POS_NONE", "SDPA_POS_SINUSOIDAL",
+                                        "SDPA_POS_ROPE_HALF",
+                                        "SDPA_POS_ROPE_INTERLEAVED"};
+    return names[positions];
+}
+
+/* A position that cannot be negated (the inverse rotation's). */
+static bool has_int64_min(const int64_t *pos, int64_t count)
+{
+    for (int64_t i = 0; pos && i < count; i++)
+        if (pos[i] == INT64_MIN)
+            return true;
+    return false;
+}
+
+int sdpa_layer_check_positions(sdpa_ctx *ctx, const char *who, bool backward,
+                               const char *field, const sdpa_mha_args *a,
+                               layer_problem *p)
+{
+    if (a->positions < SDPA_POS_NONE ||
+        a->positions > SDPA_POS_ROPE_INTERLEAVED)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
+                         "%s%spositions is %d, not an SDPA_POS_* value", who,
+                         field, a->positions);
+    int status = check_pos_values(ctx, who, a);
+    if (status != SDPA_OK)
+        return status;
+    if (p->self && a->pos_kv)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
+                         "%spos_kv is set in self-attention (x_kv absent)%s",
+                         who,
+                         backward ? ""
+                                  : ": the keys are x_q's tokens, at pos_q's "
+                                    "positions");
+    bool rope = a->positions == SDPA_POS_ROPE_HALF ||
+                a->positions == SDPA_POS_ROPE_INTERLEAVED;
+    if (rope && p->dk % 2 != 0)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
+                         "%s%s rotates pairs, but dim_k is %lld, odd", who,
+                         backward ? "RoPE" : pos_name(a->positions),
+                         (long long)p->dk);
+    status = check_pos_offset(ctx, who, a->pos_offset, p->tq, p->tk);
+    if (status != SDPA_OK)
+        return status;
+    if (backward && rope &&
+        (a->pos_offset == INT64_MIN || has_int64_min(a->pos_q, p->n * p->tq) ||
+         has_int64_min(a->pos_kv, p->n * p->tk)))
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%sa position is INT64_MIN, whose rotation the "
+                         "backward cannot invert (it negates positions)",
+                         who);
+    p->positions = a->positions;
+    p->base = a->pos_base;
+    p->offset = a->pos_offset;
+    p->pos_q = a->pos_q;
+    p->pos_kv = p->self ? a->pos_q : a->pos_kv;
+    return SDPA_OK;
+}
+
+int sdpa_layer_param_ranges(sdpa_ctx *ctx, const char *who,
+                            const layer_problem *p, const void *const ptrs[8],
+                            const char *const names[8], layer_range *r,
+                            int *count)
+{
+    const size_t e = (size_t)p->e;
+    const size_t wq = (size_t)(p->hq * p->dk), wk = (size_t)(p->hkv * p->dk);
+    const size_t wv = (size_t)(p->hkv * p->dv), wo = (size_t)(p->hq * p->dv);
+    /* elements: the first factor times the second */
+    const size_t elems[8] = {e, e, e, wo, wq, wk, wv, e};
+    const size_t times[8] = {wq, wk, wv, e, 1, 1, 1, 1};
+    for (int i = 0; i < 8; i++) {
+        if (!ptrs[i])
+            continue;
+        int status = param_range(ctx, who, names[i], ptrs[i], elems[i],
+                                 times[i], p->esize, &r[(*count)++]);
+        if (status != SDPA_OK)
+            return status;
+    }
+    return SDPA_OK;
+}
+
+void sdpa_layer_place_positions(const layer_problem *p, bool negated,
+                                layer_pos_offsets *o, size_t *total, bool *ok)
+{
+    const size_t es = p->esize, e = (size_t)p->e;
+    const size_t rows_q = (size_t)(p->n * p->tq);
+    const size_t rows_k = (size_t)(p->n * p->tk);
+    const bool rope = p->positions == SDPA_POS_ROPE_HALF ||
+                      p->positions == SDPA_POS_ROPE_INTERLEAVED;
+    size_t count;
+    *o = (layer_pos_offsets){SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX,
+                             SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    /* RoPE at pos_offset + t: the positions written out (and negated) */
+    if (rope) {
+        if (!p->pos_q && p->offset != 0)
+            o->pq = sdpa_layer_take(total, rows_q, sizeof(int64_t), ok);
+        if (negated)
+            o->nq = sdpa_layer_take(total, rows_q, sizeof(int64_t), ok);
+        if (!p->self) {
+            if (!p->pos_kv && p->offset != 0)
+                o->pk = sdpa_layer_take(total, rows_k, sizeof(int64_t), ok);
+            if (negated)
+                o->nk = sdpa_layer_take(total, rows_k, sizeof(int64_t), ok);
+        }
+    }
+    if (p->positions == SDPA_POS_SINUSOIDAL) {
+        size_t longest = (size_t)(p->tq > p->tk ? p->tq : p->tk);
+        *ok = *ok && sdpa_mul_size(longest, e, &count);
+        o->table = sdpa_layer_take(total, *ok ? count : 0, es, ok);
+        *ok = *ok && sdpa_mul_size(rows_q, e, &count);
+        o->xq = sdpa_layer_take(total, *ok ? count : 0, es, ok);
+        if (!p->self) {
+            *ok = *ok && sdpa_mul_size(rows_k, e, &count);
+            o->xkv = sdpa_layer_take(total, *ok ? count : 0, es, ok);
+        }
+    }
+}
+
+void sdpa_layer_place(const layer_region *regions, size_t count, size_t esize,
+                      size_t *total, bool *ok)
+{
+    for (size_t i = 0; i < count; i++) {
+        size_t elems = 0;
+        *ok = *ok && sdpa_mul_size(regions[i].rows, regions[i].width, &elems);
+        *regions[i].off = sdpa_layer_take(total, *ok ? elems : 0, esize, ok);
+    }
+}
+
+void sdpa_layer_rope_positions(const layer_problem *p,
+                               const layer_pos_offsets *o, char *scratch,
+                               const int64_t **pq, const int64_t **pk)
+{
+    *pq = p->pos_q;
+    if (o->pq != SIZE_MAX)
+        *pq = sdpa_layer_fill_positions(scratch, o->pq, p->n, p->tq, p->offset,
+                                        1);
+    *pk = p->pos_kv;
+    if (p->self)
+        *pk = *pq;
+    else if (o->pk != SIZE_MAX)
+        *pk = sdpa_layer_fill_positions(scratch, o->pk, p->n, p->tk, p->offset,
+                                        1);
 }

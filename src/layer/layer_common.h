@@ -29,6 +29,23 @@ typedef struct layer_range {
     uintptr_t begin, end;
 } layer_range;
 
+/* What both passes validate and resolve of sdpa_mha_args (the forward's
+ * arguments): the dtype, the positional encoding, the sizes, the inputs
+ * and the parameters, and the attention's options. */
+typedef struct layer_problem {
+    int dtype;
+    size_t esize;
+    int positions;
+    double base;
+    int64_t offset;
+    const int64_t *pos_q, *pos_kv;
+    int64_t n, tq, tk, e, hq, hkv, dk, dv;
+    layer_rows x_q, x_kv; /* x_kv is x_q in self-attention */
+    bool self;
+    const void *w_q, *w_k, *w_v, *w_o, *b_q, *b_k, *b_v, *b_o;
+    sdpa_forward_args attn; /* the caller's options; q, k, v, out unset */
+} layer_problem;
+
 /* How a gemm over the rows of a (ka elements each) and c (kc each) runs:
  * one gemm of *m = n · len rows (*items = 1) when both are evenly spaced
  * with leading dimensions BLAS takes, else one gemm of *m = len rows per
@@ -57,20 +74,83 @@ size_t sdpa_layer_take(size_t *total, size_t count, size_t size, bool *ok);
 /* Do the byte ranges share a byte? */
 bool sdpa_layer_ranges_meet(const layer_range *a, const layer_range *b);
 
-/* The first checks of a [N, 1, T, d_model] layer tensor `name`: positive
- * extents, and shape[1] == 1. SDPA_OK or the failure's status. */
-int sdpa_layer_check_shape(sdpa_ctx *ctx, const char *who, const char *name,
-                           const sdpa_tensor *t);
+/* Checks a [N, 1, len, d_model] layer tensor `name` (x_q, x_kv, y, dy,
+ * dx_q, dx_kv): positive extents, shape[1] 1, N and d_model as given
+ * (len too unless len_expected is negative), strides >= 0 with the
+ * innermost 1, rows no closer than their length, an output that writes
+ * no element twice, an extent within the address space, and the row
+ * stride within BLAS's int. `backward`: sdpa_mha_backward's wording, and
+ * its rule that the item stride, too, is within BLAS's int. Fills *rows
+ * and *r (its bytes). */
+int sdpa_layer_check_rows(sdpa_ctx *ctx, const char *who, bool backward,
+                          const char *name, const sdpa_tensor *t, int64_t n,
+                          int64_t len_expected, int64_t e, bool output,
+                          size_t esize, layer_rows *rows, layer_range *r);
 
-/* The stride checks of a layer tensor `name` of n items and d_model e
- * whose shape is checked: strides >= 0 with the innermost 1, rows no
- * closer than their length, an output that writes no element twice, and
- * an extent within the address space. Fills *rows and *r (its bytes);
- * leaves BLAS's int limit on the strides to the caller. */
-int sdpa_layer_check_strides(sdpa_ctx *ctx, const char *who, const char *name,
-                             const sdpa_tensor *t, int64_t n, int64_t e,
-                             bool output, size_t esize, layer_rows *rows,
-                             layer_range *r);
+/* A pointer a call requires, and its name in the message. */
+typedef struct layer_required {
+    const char *name;
+    const void *ptr;
+} layer_required;
+
+/* The first of the count pointers that is NULL fails: "who name is
+ * NULL". */
+int sdpa_layer_check_required(sdpa_ctx *ctx, const char *who,
+                              const layer_required *required, size_t count);
+
+/* dtype (`field` prefixes its name: "" or "forward->") into *p. */
+int sdpa_layer_check_dtype(sdpa_ctx *ctx, const char *who, const char *field,
+                           const sdpa_mha_args *a, layer_problem *p);
+
+/* The inputs of *a whose pointers are checked: x_q (which fixes N, Tq and
+ * d_model), the heads, x_kv (absent: self-attention) and N · T within
+ * BLAS's int, into *p; x_q's and x_kv's bytes into r[*count]. */
+int sdpa_layer_check_inputs(sdpa_ctx *ctx, const char *who, bool backward,
+                            const char *field, const sdpa_mha_args *a,
+                            layer_problem *p, layer_range *r, int *count);
+
+/* Everything about the positional encoding, into *p (whose sizes are
+ * resolved); `backward` adds the rule that no position is INT64_MIN. */
+int sdpa_layer_check_positions(sdpa_ctx *ctx, const char *who, bool backward,
+                               const char *field, const sdpa_mha_args *a,
+                               layer_problem *p);
+
+/* The bytes of the weights and biases (w_q, w_k, w_v, w_o, b_q, b_k, b_v,
+ * b_o in that order: ptrs and names) that are present, for the widths of
+ * *p, into r[*count]; SDPA_ERR_OVERFLOW when one passes the address
+ * space. */
+int sdpa_layer_param_ranges(sdpa_ctx *ctx, const char *who,
+                            const layer_problem *p, const void *const ptrs[8],
+                            const char *const names[8], layer_range *r,
+                            int *count);
+
+/* Scratch offsets of the positional encoding's regions (SIZE_MAX: not
+ * used): RoPE's positions written out (pq, pk), their negations for the
+ * backward's inverse rotation (nq, nk: `negated`), the sinusoidal table
+ * and the inputs with it added (table, xq, xkv). */
+typedef struct layer_pos_offsets {
+    size_t pq, pk, nq, nk, table, xq, xkv;
+} layer_pos_offsets;
+
+/* Places those regions at *total (sdpa_layer_take). */
+void sdpa_layer_place_positions(const layer_problem *p, bool negated,
+                                layer_pos_offsets *o, size_t *total, bool *ok);
+
+/* RoPE's positions of the queries and the keys: pos_q / pos_kv, or
+ * pos_offset + t written out into the regions o->pq, o->pk (self-attention:
+ * the queries'). */
+void sdpa_layer_rope_positions(const layer_problem *p,
+                               const layer_pos_offsets *o, char *scratch,
+                               const int64_t **pq, const int64_t **pk);
+
+/* A region of rows · width elements of esize bytes at *off. */
+typedef struct layer_region {
+    size_t *off, rows, width;
+} layer_region;
+
+/* Places regions in order at *total (sdpa_layer_take). */
+void sdpa_layer_place(const layer_region *regions, size_t count, size_t esize,
+                      size_t *total, bool *ok);
 
 /* The head counts and widths of *a for x_q's n items of d_model e:
  * heads_q > 0, heads_kv, dim_k, dim_v >= 0 (0: the default), heads_q a
@@ -82,15 +162,6 @@ int sdpa_layer_check_heads(sdpa_ctx *ctx, const char *who, const char *field,
                            const sdpa_mha_args *a, int64_t n, int64_t e,
                            int64_t *hq, int64_t *hkv, int64_t *dk, int64_t *dv);
 
-/* The rules of the positional settings of *a that need no shapes: nothing
- * set with SDPA_POS_NONE, and pos_base finite and >= 0. */
-int sdpa_layer_check_pos_values(sdpa_ctx *ctx, const char *who,
-                                const sdpa_mha_args *a);
-
-/* pos_offset + the longer of tq and tk tokens must not overflow int64. */
-int sdpa_layer_check_pos_offset(sdpa_ctx *ctx, const char *who, int64_t offset,
-                                int64_t tq, int64_t tk);
-
 /* Copies the attention options `attn` (NULL: all zero) into *f as this
  * library knows them, refuses the tensors the layer makes itself (q, k, v,
  * out) and logits, and an attn->dtype other than 0 and the layer's dtype;
@@ -100,13 +171,6 @@ int sdpa_layer_check_pos_offset(sdpa_ctx *ctx, const char *who, int64_t offset,
 int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
                            const sdpa_forward_args *attn, int dtype,
                            const char *dtype_hint, sdpa_forward_args *f);
-
-/* The range of a weight or bias `name` of elems · times elements at p
- * (not NULL) into *r; SDPA_ERR_OVERFLOW when it passes the address
- * space. */
-int sdpa_layer_param_range(sdpa_ctx *ctx, const char *who, const char *name,
-                           const void *p, size_t elems, size_t times,
-                           size_t esize, layer_range *r);
 
 /* Prefixes the message of a failed attention call (status) with who and
  * returns status. */

@@ -51,3 +51,25 @@ static void NAME(add_sinusoidal)(const layer_rows *x, int64_t e,
                 out[j] = src[j] + p[j];
         }
 }
+
+/* X~ = X + the sinusoidal table, into the scratch regions o->table, o->xq
+ * and o->xkv: *xq and *xkv (x_q's and x_kv's rows on entry) become those
+ * copies (one in self-attention). */
+static void NAME(add_positions)(const layer_problem *p,
+                                const layer_pos_offsets *o, char *s,
+                                layer_rows *xq, layer_rows *xkv)
+{
+    T *table = (T *)(void *)(s + o->table);
+    layer_rows sq = sdpa_layer_scratch_rows(s, o->xq, p->n, p->tq, p->e);
+    NAME(add_sinusoidal)
+    (xq, p->e, p->pos_q, p->offset, p->base, table, (T *)(void *)sq.data);
+    *xq = sq;
+    if (p->self) {
+        *xkv = sq;
+        return;
+    }
+    layer_rows sk = sdpa_layer_scratch_rows(s, o->xkv, p->n, p->tk, p->e);
+    NAME(add_sinusoidal)
+    (xkv, p->e, p->pos_kv, p->offset, p->base, table, (T *)(void *)sk.data);
+    *xkv = sk;
+}

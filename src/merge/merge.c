@@ -7,11 +7,13 @@
 #include "core/context.h"
 #include "core/struct_import.h"
 #include "core/checked.h"
-#include "forward/validate.h"
+#include "core/tensor_check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#define WHO "sdpa_merge"
 
 /* sdpa_merge_args as 1.1 introduced it: a frozen number, never sizeof. */
 #define SDPA_MERGE_ARGS_SIZE_V1 ((size_t)184)
@@ -25,77 +27,35 @@ _Static_assert(sizeof(sdpa_merge_args) >= SDPA_MERGE_ARGS_SIZE_V1,
 #define SDPA_TEMPLATE "merge/merge_impl.h"
 #include "core/instantiate.h"
 
-static const char *const merge_dim_names[4] = {"N", "H", "T", "Dv"};
+/* Its messages as sdpa_merge has always worded them. */
+static const sdpa_wording merge_words = {{"N", "H", "T", "Dv"}, true, false};
 
-/* A checked tensor argument: its label for messages and its byte range. */
+/* A checked tensor argument: its label for messages and its bytes. */
 typedef struct merge_view {
     char label[40];
     const sdpa_tensor *x;
     bool output;
-    uintptr_t begin, end;
+    sdpa_byte_range range;
 } merge_view;
 
-/* Shape (against want), strides and extent of one view; fills v's range. */
+/* Shape (against want, whose extents `source` fixed), strides and extent
+ * of one view; fills v's range. */
 static int merge_check_view(sdpa_ctx *ctx, merge_view *v, const int64_t want[4],
-                            const char *want_label, bool is_lse, size_t esize)
+                            const char *source, bool is_lse, size_t esize)
 {
-    const sdpa_tensor *x = v->x;
-    for (int d = 0; d < 4; d++)
-        if (x->shape[d] <= 0)
-            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
-                             "sdpa_merge: %s.shape[%d] (%s) is %lld, must be "
-                             "positive",
-                             v->label, d, merge_dim_names[d],
-                             (long long)x->shape[d]);
-    for (int d = 0; d < 4; d++)
-        if (x->shape[d] != want[d])
-            return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
-                             "sdpa_merge: %s.shape[%d] is %lld, but %s is "
-                             "%lld: they must agree",
-                             v->label, d, (long long)x->shape[d],
-                             d == 3 && is_lse ? "its extent (one value per "
-                                                "row)"
-                                              : want_label,
-                             (long long)want[d]);
-    int64_t stride[4];
-    for (int d = 0; d < 4; d++) {
-        if (x->stride[d] < 0 && !(is_lse && d == 3))
-            return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                             "sdpa_merge: %s.stride[%d] is %lld, strides "
-                             "must not be negative",
-                             v->label, d, (long long)x->stride[d]);
-        stride[d] = x->shape[d] == 1 ? 0 : x->stride[d];
-    }
-    if (!is_lse && x->shape[3] > 1 && x->stride[3] != 1)
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_merge: %s.stride[3] is %lld, the innermost "
-                         "stride must be 1",
-                         v->label, (long long)x->stride[3]);
-    if (v->output && sdpa_overlaps_itself(x->shape, stride))
-        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
-                         "sdpa_merge: output %s has strides {%lld, %lld, "
-                         "%lld, %lld}: sorted, each must step past all the "
-                         "smaller ones cover",
-                         v->label, (long long)x->stride[0],
-                         (long long)x->stride[1], (long long)x->stride[2],
-                         (long long)x->stride[3]);
-    size_t span = 1, step, bytes;
-    for (int d = 0; d < 4; d++)
-        if (!sdpa_mul_size((size_t)(x->shape[d] - 1), (size_t)stride[d],
-                           &step) ||
-            !sdpa_add_size(span, step, &span))
-            goto overflow;
-    if (!sdpa_mul_size(span, esize, &bytes) ||
-        (uintptr_t)x->data > UINTPTR_MAX - bytes)
-        goto overflow;
-    v->begin = (uintptr_t)x->data;
-    v->end = v->begin + bytes;
-    return SDPA_OK;
-overflow:
-    return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                     "sdpa_merge: the extent of %s overflows the address "
-                     "space",
-                     v->label);
+    sdpa_tensor_rule rule = {
+        .name = v->label,
+        .tensor = v->x,
+        .is_output = v->output,
+        .inner_unused = is_lse,
+        .elem_size = esize,
+        .expect = {{want[0], source},
+                   {want[1], source},
+                   {want[2], source},
+                   {want[3],
+                    is_lse ? "its extent (one value per row)" : source}},
+        .words = &merge_words};
+    return sdpa_check_tensor(ctx, WHO, &rule, &v->range);
 }
 
 /* The same elements: equal data and equal strides where the extent is
@@ -111,11 +71,6 @@ static bool merge_same_view(const sdpa_tensor *a, const sdpa_tensor *b,
     return true;
 }
 
-static bool merge_meet(const merge_view *a, const merge_view *b)
-{
-    return a->begin < b->end && b->begin < a->end;
-}
-
 /* An output against one input: disjoint, or (partial 0 only) the same
  * view: in-place accumulation. */
 static int merge_check_output(sdpa_ctx *ctx, const merge_view *output,
@@ -124,49 +79,63 @@ static int merge_check_output(sdpa_ctx *ctx, const merge_view *output,
 {
     if (may_alias && merge_same_view(output->x, input->x, is_lse))
         return SDPA_OK;
-    if (!merge_meet(output, input))
+    if (!sdpa_ranges_meet(&output->range, &input->range))
         return SDPA_OK;
     return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
-                     "sdpa_merge: output %s overlaps input %s (only out = "
+                     WHO
+                     ": output %s overlaps input %s (only out = "
                      "outs[0] and lse = lses[0], as the very same views, may "
                      "share memory)",
                      output->label, input->label);
 }
 
-static int merge_validate(sdpa_ctx *ctx, const sdpa_merge_args *a)
+/* The call, validated: the arguments as this library knows them. */
+typedef struct merge_problem {
+    sdpa_merge_args a;
+    size_t esize;
+    bool empty_rows_zero;
+} merge_problem;
+
+/* The dtype, the partials' count and arrays, every data pointer. */
+static int merge_check_arrays(sdpa_ctx *ctx, const sdpa_merge_args *a)
 {
     if (a->dtype != SDPA_FLOAT32 && a->dtype != SDPA_FLOAT64)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         "sdpa_merge: dtype %d is neither SDPA_FLOAT32 nor "
-                         "SDPA_FLOAT64",
+                         WHO ": dtype %d is neither SDPA_FLOAT32 nor "
+                             "SDPA_FLOAT64",
                          a->dtype);
     if (a->parts <= 0)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
-                         "sdpa_merge: parts is %lld, must be positive",
+                         WHO ": parts is %lld, must be positive",
                          (long long)a->parts);
     if (!a->outs || !a->lses)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                         "sdpa_merge: %s is NULL (parts is %lld)",
+                         WHO ": %s is NULL (parts is %lld)",
                          a->outs ? "lses" : "outs", (long long)a->parts);
     size_t array_bytes;
     if (!sdpa_mul_size((size_t)a->parts, sizeof(sdpa_tensor), &array_bytes) ||
         (uintptr_t)a->outs > UINTPTR_MAX - array_bytes ||
         (uintptr_t)a->lses > UINTPTR_MAX - array_bytes)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "sdpa_merge: parts %lld: the arrays outs and lses "
-                         "overflow the address space",
+                         WHO ": parts %lld: the arrays outs and lses "
+                             "overflow the address space",
                          (long long)a->parts);
     for (int64_t p = 0; p < a->parts; p++)
         if (!a->outs[p].data || !a->lses[p].data)
             return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                             "sdpa_merge: %s[%lld].data is NULL",
+                             WHO ": %s[%lld].data is NULL",
                              a->outs[p].data ? "lses" : "outs", (long long)p);
     if (!a->out.data)
-        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                         "sdpa_merge: out.data is NULL");
+        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, WHO ": out.data is NULL");
 
-    const size_t esize =
-        a->dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
+    return SDPA_OK;
+}
+
+/* Every view's shape, strides and extent; the outputs against every
+ * input and each other. */
+static int merge_check_views(sdpa_ctx *ctx, const sdpa_merge_args *a,
+                             size_t esize)
+{
     /* outs[0] fixes N, H, T and Dv. */
     const int64_t *s0 = a->outs[0].shape;
     const int64_t want_out[4] = {s0[0], s0[1], s0[2], s0[3]};
@@ -201,36 +170,52 @@ static int merge_validate(sdpa_ctx *ctx, const sdpa_merge_args *a)
                                             true);
         }
     }
-    if (status == SDPA_OK && a->lse.data && merge_meet(&out, &lse))
+    if (status == SDPA_OK && a->lse.data &&
+        sdpa_ranges_meet(&out.range, &lse.range))
         return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
-                         "sdpa_merge: output out overlaps output lse");
+                         WHO ": output out overlaps output lse");
+    return status;
+}
+
+/* Validates everything into *m; writes nothing else but, on failure,
+ * ctx's message. */
+static int merge_validate(sdpa_ctx *ctx, const sdpa_merge_args *args,
+                          merge_problem *m)
+{
+    int status = sdpa_import_args(ctx, WHO, args, SDPA_MERGE_ARGS_SIZE_V1,
+                                  &m->a, sizeof m->a);
+    if (status == SDPA_OK)
+        status = merge_check_arrays(ctx, &m->a);
+    if (status != SDPA_OK)
+        return status;
+    m->esize = m->a.dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
+    m->empty_rows_zero =
+        ctx->options[SDPA_OPT_EMPTY_ROWS] == SDPA_EMPTY_ROWS_ZERO;
+    return merge_check_views(ctx, &m->a, m->esize);
+}
+
+/* The two passes (merge_impl.h): the partial lses checked, then the rows
+ * merged. Nothing to plan: no scratch, no workers. */
+static int merge_run(sdpa_ctx *ctx, const merge_problem *m)
+{
+    int status;
+    if (m->a.dtype == SDPA_FLOAT32) {
+        status = merge_check_f32(ctx, &m->a, m->empty_rows_zero);
+        if (status == SDPA_OK)
+            merge_rows_f32(&m->a);
+    } else {
+        status = merge_check_f64(ctx, &m->a, m->empty_rows_zero);
+        if (status == SDPA_OK)
+            merge_rows_f64(&m->a);
+    }
     return status;
 }
 
 int sdpa_merge(sdpa_ctx *ctx, const sdpa_merge_args *args)
 {
-    if (!ctx)
-        return SDPA_ERR_NULL_POINTER;
-    ctx->message[0] = '\0';
-    if (!args)
-        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                         "sdpa_merge: args is NULL");
-    sdpa_merge_args a;
-    int status = sdpa_struct_import(ctx, "sdpa_merge: args", args,
-                                    SDPA_MERGE_ARGS_SIZE_V1, &a, sizeof a);
-    if (status == SDPA_OK)
-        status = merge_validate(ctx, &a);
+    merge_problem m;
+    int status = merge_validate(ctx, args, &m);
     if (status != SDPA_OK)
         return status;
-    bool zero = ctx->options[SDPA_OPT_EMPTY_ROWS] == SDPA_EMPTY_ROWS_ZERO;
-    if (a.dtype == SDPA_FLOAT32) {
-        status = merge_check_f32(ctx, &a, zero);
-        if (status == SDPA_OK)
-            merge_rows_f32(&a);
-    } else {
-        status = merge_check_f64(ctx, &a, zero);
-        if (status == SDPA_OK)
-            merge_rows_f64(&a);
-    }
-    return status;
+    return merge_run(ctx, &m);
 }

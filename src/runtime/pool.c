@@ -116,14 +116,14 @@ static void *worker_main(void *opaque)
 }
 
 /* Starts helpers until `count` workers (the caller included) exist. */
-static int pool_grow(sdpa_ctx *ctx, int count)
+static int pool_grow(sdpa_ctx *ctx, const char *who, int count)
 {
     sdpa_pool *pool = ctx->pool;
     if (!pool) {
         pool = sdpa_alloc(ctx, sizeof *pool);
         if (!pool)
             return sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
-                             "sdpa_forward: cannot allocate the thread pool");
+                             "%s: cannot allocate the thread pool", who);
         *pool = (sdpa_pool){0};
         pthread_mutex_init(&pool->lock, NULL);
         pthread_mutex_init(&pool->failure.lock, NULL);
@@ -138,18 +138,17 @@ static int pool_grow(sdpa_ctx *ctx, int count)
         if (pthread_create(&pool->threads[index], NULL, worker_main,
                            &pool->args[index]) != 0)
             return sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
-                             "sdpa_forward: cannot start worker thread %d",
-                             index);
+                             "%s: cannot start worker thread %d", who, index);
         pool->started++;
     }
     return SDPA_OK;
 }
 
-int sdpa_pool_reserve(sdpa_ctx *ctx, int workers)
+int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers)
 {
     if (ctx->parallel_for)
         return SDPA_OK; /* the caller's threads run the items */
-    return workers > 1 ? pool_grow(ctx, workers) : SDPA_OK;
+    return workers > 1 ? pool_grow(ctx, who, workers) : SDPA_OK;
 }
 
 int sdpa_thread_budget(const sdpa_ctx *ctx)
@@ -232,7 +231,8 @@ static void caller_task(void *arg, int64_t n, int worker)
         failure_note(&job->failure, item, where, status);
 }
 
-static int run_on_caller_threads(sdpa_ctx *ctx, const sdpa_problem *problem,
+static int run_on_caller_threads(sdpa_ctx *ctx, const char *who,
+                                 const sdpa_problem *problem,
                                  const sdpa_plan *plan, int64_t items,
                                  int64_t visit_rows, sdpa_path_fn fn,
                                  sdpa_where *where)
@@ -241,7 +241,7 @@ static int run_on_caller_threads(sdpa_ctx *ctx, const sdpa_problem *problem,
      * item runs, so that running out of memory leaves the outputs as they
      * were */
     const size_t words = (size_t)(items + 63) / 64;
-    int status = sdpa_claims_reserve(ctx, words * sizeof(uint64_t));
+    int status = sdpa_claims_reserve(ctx, who, words * sizeof(uint64_t));
     if (status != SDPA_OK)
         return status;
     caller_job job = {.ctx = ctx,
@@ -298,7 +298,7 @@ void sdpa_pool_destroy(sdpa_ctx *ctx)
     ctx->pool = NULL;
 }
 
-int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
+int sdpa_run_items(sdpa_ctx *ctx, const char *who, const sdpa_problem *problem,
                    const sdpa_plan *plan, int64_t items, int64_t visit_rows,
                    sdpa_path_fn fn, sdpa_where *where)
 {
@@ -325,9 +325,9 @@ int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
         return status;
     }
     if (ctx->parallel_for)
-        return run_on_caller_threads(ctx, problem, plan, items, visit_rows, fn,
-                                     where);
-    int status = pool_grow(ctx, plan->threads);
+        return run_on_caller_threads(ctx, who, problem, plan, items, visit_rows,
+                                     fn, where);
+    int status = pool_grow(ctx, who, plan->threads);
     if (status != SDPA_OK)
         return status;
     sdpa_pool *pool = ctx->pool;

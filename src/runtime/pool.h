@@ -27,8 +27,9 @@ typedef int (*sdpa_path_fn)(const sdpa_problem *problem, const sdpa_plan *plan,
  * failing items the lowest index is reported.
  * visit_rows sets only the order in which items are started: the items as
  * a grid of visit_rows rows (item = row · columns + column), taken column
- * by column; 1 (or less): in index order. items must fill the grid. */
-int sdpa_run_items(sdpa_ctx *ctx, const sdpa_problem *problem,
+ * by column; 1 (or less): in index order. items must fill the grid.
+ * `who`, the entry point, starts the message of a failure to start. */
+int sdpa_run_items(sdpa_ctx *ctx, const char *who, const sdpa_problem *problem,
                    const sdpa_plan *plan, int64_t items, int64_t visit_rows,
                    sdpa_path_fn fn, sdpa_where *where);
 
@@ -60,7 +61,7 @@ static inline int64_t sdpa_visit_position(int64_t item, int64_t items,
 /* Starts the context's workers up to `workers` (the caller's thread is
  * worker 0) before the computation, so that running them later allocates
  * nothing and cannot fail half way. */
-int sdpa_pool_reserve(sdpa_ctx *ctx, int workers);
+int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers);
 void sdpa_pool_destroy(sdpa_ctx *ctx);
 
 #endif /* SDPA_RUNTIME_POOL_H */

@@ -1,0 +1,142 @@
+/*
+ * sdpa_backward's plan: the tiles, which work item owns what a broadcast
+ * shares, whether the call runs in one pass or split in two (backward.c
+ * says why), the workers, and the layout of one worker's scratch.
+ */
+#include "backward/backward.h"
+#include "core/checked.h"
+#include "runtime/blas_threads.h"
+
+#include <limits.h>
+
+/* Tiles: query rows of one head, keys of one block (SDPA_OPT_BLOCK_Q /
+ * SDPA_OPT_BLOCK_K override them). Measured at one thread (float32, D = 64,
+ * backward / forward time, medians on a loaded 2-core EPYC, so ±10 %):
+ * 128×256 gave 2.65 (shape A) and 2.51 (shape D), 2.34 and 2.11 causal;
+ * 128×128 2.81 / 2.82, 2.31 / 2.62 causal; 64×256 2.81 / 2.38, 2.41 /
+ * 2.97 causal. */
+#define BWD_BLOCK_Q 128
+#define BWD_BLOCK_K 256
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* The tiles and the owners of shared outputs; false on overflow. */
+static bool plan_tiles(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
+                       sdpa_bwd_plan *pl)
+{
+    const sdpa_problem *p = &bp->p;
+    int64_t bq = ctx->options[SDPA_OPT_BLOCK_Q];
+    int64_t bk = ctx->options[SDPA_OPT_BLOCK_K];
+    bq = bq ? bq : BWD_BLOCK_Q;
+    bk = bk ? bk : BWD_BLOCK_K;
+    pl->block_q = min64(bq, p->len_q);
+    pl->block_k = min64(bk, p->len_k);
+    pl->key_blocks = (p->len_k + pl->block_k - 1) / pl->block_k;
+    pl->query_tiles = (p->len_q + pl->block_q - 1) / pl->block_q;
+    const int64_t per_line = SDPA_ALIGN / (int64_t)p->elem_size;
+    pl->score_ld = (pl->block_k + per_line - 1) / per_line * per_line;
+    if (pl->score_ld > INT_MAX)
+        return false;
+
+    /* Who owns what a broadcast shares (see backward.c). */
+    bool dbias_n = p->bias.data && bp->dbias.data && bp->dbias_shape[0] == 1 &&
+                   p->batch > 1;
+    bool dbias_h = p->bias.data && bp->dbias.data && bp->dbias_shape[1] == 1 &&
+                   p->heads_q > 1;
+    pl->item_batches = bp->k_bcast || bp->v_bcast || dbias_n ? p->batch : 1;
+    pl->item_heads = dbias_h ? p->heads_kv : 1;
+    return true;
+}
+
+/* One worker's scratch regions; false on overflow. */
+static bool plan_scratch(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl)
+{
+    const sdpa_problem *p = &bp->p;
+    enum { REGIONS = 10 };
+    const size_t es = p->elem_size;
+    const size_t q = (size_t)pl->block_q, k = (size_t)pl->block_k;
+    const size_t ld = (size_t)pl->score_ld;
+    const size_t dk = (size_t)p->dim_k, dv = (size_t)p->dim_v;
+    size_t s_count, dk_count, dv_count;
+    if (!sdpa_mul_size(q, ld, &s_count) || !sdpa_mul_size(k, dk, &dk_count) ||
+        !sdpa_mul_size(k, dv, &dv_count))
+        return false;
+    const size_t counts[REGIONS] = {
+        s_count,
+        s_count,
+        dk_count,
+        dv_count,
+        q,
+        p->softcap > 0 ? k : 0,
+        p->mask.data && p->mask.stride[3] != 1 ? k : 0,
+        p->bias.data && p->bias.stride[3] != 1 ? k : 0,
+        p->mask.data || p->bias.data ? k : 0,
+        2 * q};
+    const size_t sizes[REGIONS] = {es, es, es, es, es,
+                                   es, 1,  es, 1,  sizeof(int64_t)};
+    size_t *const offsets[REGIONS] = {
+        &pl->off_s,    &pl->off_dp,   &pl->off_dk,   &pl->off_dv,
+        &pl->off_d,    &pl->off_t,    &pl->off_mask, &pl->off_bias,
+        &pl->off_live, &pl->off_range};
+    return sdpa_place_regions(REGIONS, counts, sizes, offsets, SDPA_ALIGN,
+                              &pl->worker_bytes);
+}
+
+/* One pass or two, and the workers. Split where it takes less time,
+ * counting gemms per (tile, key block) in rounds of `budget` workers: a
+ * pair's W of them cost 5W in one item; split, a key block's item costs
+ * 4W/blocks and a tile's 3W/tiles. Only without a broadcast gradient that
+ * items of the split would share: dk, dv or dbias over N and dbias over
+ * the heads (whose single-pass items span several pairs), dbias over the
+ * keys (which the key blocks would share). The pass items cannot
+ * overflow: at most the elements of K and of Q, which validation bounds. */
+static void plan_passes(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
+                        sdpa_bwd_plan *pl)
+{
+    const sdpa_problem *p = &bp->p;
+    sdpa_plan *run = &pl->run;
+    run->work_items = p->batch / pl->item_batches *
+                      (p->heads_kv / pl->item_heads); /* <= N · Hkv */
+    int64_t budget = sdpa_thread_budget(ctx);
+    /* Workers whose gemms the BLAS threads would queue on its lock: let
+     * the BLAS use the cores (only the worker count changes). */
+    double dmax = (double)(p->dim_k > p->dim_v ? p->dim_k : p->dim_v);
+    if (sdpa_blas_threads() > 1 &&
+        (double)pl->block_q * (double)pl->block_k * dmax > SDPA_BLAS_SERIAL_MNK)
+        budget = 1;
+    const bool dbias_keys =
+        bp->dbias.data && bp->dbias_shape[3] == 1 && p->len_k > 1;
+    const int64_t pairs = run->work_items;
+    pl->kv_items = pairs * pl->key_blocks;
+    pl->q_items = p->batch * p->heads_q * pl->query_tiles;
+    const double tiles = (double)(p->group * pl->query_tiles);
+    const double one_pass = 5.0 * (double)((pairs + budget - 1) / budget);
+    const double two_passes =
+        4.0 * (double)((pl->kv_items + budget - 1) / budget) /
+            (double)pl->key_blocks +
+        3.0 * (double)((pl->q_items + budget - 1) / budget) / tiles;
+    pl->split = budget > 1 && pl->item_batches == 1 && pl->item_heads == 1 &&
+                !dbias_keys && two_passes < one_pass;
+    /* workers for the most items of a pass; each pass takes its own */
+    run->threads = (int)min64(
+        budget, pl->split
+                    ? (pl->kv_items > pl->q_items ? pl->kv_items : pl->q_items)
+                    : run->work_items);
+    run->reserve_workers =
+        ctx->parallel_for ? ctx->parallel_workers : run->threads;
+}
+
+int sdpa_backward_plan(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
+                       sdpa_bwd_plan *pl)
+{
+    *pl = (sdpa_bwd_plan){0};
+    if (!plan_tiles(ctx, bp, pl) || !plan_scratch(bp, pl))
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         SDPA_BACKWARD_WHO ": the scratch of this call's "
+                                           "blocks overflows a size");
+    plan_passes(ctx, bp, pl);
+    return SDPA_OK;
+}

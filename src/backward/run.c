@@ -1,0 +1,119 @@
+/*
+ * sdpa_backward's execution: dbias zeroed, the plan's work items on the
+ * workers (one pass, or the split's two), then dsinks on the caller's
+ * thread. The tiles are backward_impl.h's, for float and double.
+ */
+#include "backward/backward.h"
+#include "forward/key_range.h"
+#include "forward/row_block.h"
+#include "kernels/rows.h"
+#include "kernels/vexp.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* The static backward_item_f32/_f64 and its helpers, by HACKING.md's
+ * naming rule (NAME(x) is x_f32, x_f64). */
+#define SDPA_TEMPLATE "backward/backward_impl.h"
+#include "core/instantiate.h"
+
+static int backward_item(const sdpa_problem *p, const sdpa_plan *plan,
+                         int kernel, void *scratch, int64_t item,
+                         sdpa_where *where)
+{
+    return SDPA_BY_DTYPE(p, backward_item, p, plan, kernel, scratch, item,
+                         where);
+}
+
+static int backward_kv_item(const sdpa_problem *p, const sdpa_plan *plan,
+                            int kernel, void *scratch, int64_t item,
+                            sdpa_where *where)
+{
+    return SDPA_BY_DTYPE(p, backward_kv_item, p, plan, kernel, scratch, item,
+                         where);
+}
+
+static int backward_q_item(const sdpa_problem *p, const sdpa_plan *plan,
+                           int kernel, void *scratch, int64_t item,
+                           sdpa_where *where)
+{
+    return SDPA_BY_DTYPE(p, backward_q_item, p, plan, kernel, scratch, item,
+                         where);
+}
+
+/* dbias is a sum: zeroed first (its logical elements only), then the work
+ * items add into the elements they own. */
+static void zero_dbias(const sdpa_bwd_problem *bp)
+{
+    const int64_t *e = bp->dbias_shape;
+    const sdpa_view *v = &bp->dbias;
+    const size_t es = bp->p.elem_size;
+    for (int64_t b = 0; b < e[0]; b++)
+        for (int64_t h = 0; h < e[1]; h++)
+            for (int64_t i = 0; i < e[2]; i++) {
+                char *row = sdpa_at(v, es, b, h, i);
+                for (int64_t j = 0; j < e[3]; j++)
+                    memset(row + (size_t)(j * v->stride[3]) * es, 0, es);
+            }
+}
+
+/* dsinks_h = −Σ_{b,i} exp(σ_h − lse_i)·D_i: the sink is one more key, with
+ * value 0, so its dS is P_sink·(0 − D_i) (see include/sdpa.h). In double,
+ * in a fixed order, on the caller's thread. */
+static void sink_gradients(const sdpa_bwd_problem *bp)
+{
+    const sdpa_problem *p = &bp->p;
+    const size_t es = p->elem_size;
+    const bool f32 = p->dtype == SDPA_FLOAT32;
+    for (int64_t h = 0; h < p->heads_q; h++) {
+        double sum = 0;
+        for (int64_t b = 0; b < p->batch; b++)
+            for (int64_t i = 0; i < p->len_q; i++) {
+                const char *o = sdpa_at(&p->out, es, b, h, i);
+                const char *g = sdpa_at(&bp->dout, es, b, h, i);
+                const char *l = sdpa_at(&p->lse, es, b, h, i);
+                double lse = f32 ? (double)*(const float *)(const void *)l
+                                 : *(const double *)(const void *)l;
+                double d = 0;
+                for (int64_t c = 0; c < p->dim_v; c++)
+                    d += f32 ? (double)((const float *)(const void *)o)[c] *
+                                   (double)((const float *)(const void *)g)[c]
+                             : ((const double *)(const void *)o)[c] *
+                                   ((const double *)(const void *)g)[c];
+                if (lse > -INFINITY)
+                    sum += exp(p->sinks[h] - lse) * d;
+            }
+        bp->dsinks[h] = -sum;
+    }
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
+                      sdpa_bwd_plan *pl, sdpa_where *where)
+{
+    if (bp->dbias.data)
+        zero_dbias(bp);
+    sdpa_plan *run = &pl->run;
+    int status;
+    if (pl->split) {
+        const int workers = run->threads;
+        run->threads = (int)min64(workers, pl->kv_items);
+        status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
+                                pl->kv_items, 1, backward_kv_item, where);
+        run->threads = (int)min64(workers, pl->q_items);
+        if (status == SDPA_OK)
+            status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
+                                    pl->q_items, 1, backward_q_item, where);
+    } else {
+        status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
+                                run->work_items, 1, backward_item, where);
+    }
+    if (status == SDPA_OK && bp->dsinks)
+        sink_gradients(bp);
+    return status;
+}

@@ -1,0 +1,248 @@
+/*
+ * sdpa_backward's validation: the forward's rules through
+ * sdpa_validate_call (on a forward call made of the same fields, on behalf
+ * of sdpa_backward), then the gradients' tensors and the overlap of the
+ * outputs with every input. Nothing is allocated or written.
+ */
+#include "backward/backward.h"
+#include "core/struct_import.h"
+#include "core/tensor_check.h"
+#include "forward/validate.h"
+
+#include <string.h>
+
+#define WHO SDPA_BACKWARD_WHO
+
+/* The frozen version-1 size of sdpa_backward_args (1.1's sizeof on LP64). */
+#define SDPA_BACKWARD_ARGS_SIZE_V1 ((size_t)952)
+_Static_assert(sizeof(sdpa_backward_args) >= SDPA_BACKWARD_ARGS_SIZE_V1,
+               "sdpa_backward_args only grows");
+
+/* The gradients' messages as sdpa_backward has always worded them. */
+static const sdpa_wording backward_words = {{"N", "H", "T", "D"}, true, true};
+
+/* What sdpa_forward does not check: the dtype (no half types), the inputs
+ * only the backward needs, and the gradients that need an input. */
+static int check_own_fields(sdpa_ctx *ctx, const sdpa_backward_args *a)
+{
+    if (a->dtype != SDPA_FLOAT32 && a->dtype != SDPA_FLOAT64)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         WHO ": dtype %d is neither SDPA_FLOAT32 nor "
+                             "SDPA_FLOAT64 (the half types are storage types "
+                             "of sdpa_forward only)",
+                         a->dtype);
+    if (!a->lse.data)
+        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
+                         WHO ": lse.data is NULL (the forward's lse is "
+                             "required)");
+    if (a->dbias.data && !a->bias.data)
+        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
+                         WHO ": dbias is set but bias.data is NULL");
+    if (a->dsinks && !a->sinks)
+        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
+                         WHO ": dsinks is set but sinks is NULL");
+    return SDPA_OK;
+}
+
+/* The forward call of the same fields, whose rules the backward's inputs
+ * follow. */
+static sdpa_forward_args forward_fields(const sdpa_backward_args *a)
+{
+    sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
+    f.dtype = a->dtype;
+    f.causal = a->causal;
+    f.flags = a->flags;
+    f.scale = a->scale;
+    f.softcap = a->softcap;
+    f.kv_lens = a->kv_lens;
+    f.q = a->q;
+    f.k = a->k;
+    f.v = a->v;
+    f.mask = a->mask;
+    f.bias = a->bias;
+    f.out = a->out;
+    f.lse = a->lse;
+    f.window_left = a->window_left;
+    f.window_right = a->window_right;
+    f.alibi_slopes = a->alibi_slopes;
+    f.sinks = a->sinks;
+    return f;
+}
+
+/* The bytes a view spans: first to last element (strides >= 0). */
+static sdpa_byte_range span_of(const char *name, bool is_output,
+                               const void *data, const int64_t shape[4],
+                               const int64_t stride[4], size_t esize)
+{
+    size_t last = 0;
+    for (int d = 0; d < 4; d++)
+        last += (size_t)(shape[d] - 1) * (size_t)stride[d];
+    return (sdpa_byte_range){name, is_output, (uintptr_t)data,
+                             (uintptr_t)data + (last + 1) * esize};
+}
+
+/* dout, dq, dk, dv and dbias: present (dbias optional), the shapes the
+ * forward's fixed (dk, dv of k's and v's batch extent, dbias the bias's
+ * shape where it does not broadcast). Their bytes into r[*count]. */
+static int check_gradients(sdpa_ctx *ctx, const sdpa_backward_args *a,
+                           sdpa_bwd_problem *bp, sdpa_byte_range *r, int *count)
+{
+    const sdpa_problem *p = &bp->p;
+    const size_t es = p->elem_size;
+    const int64_t n = p->batch, hq = p->heads_q, hkv = p->heads_kv;
+    const int64_t tq = p->len_q, tk = p->len_k, dk = p->dim_k, dv = p->dim_v;
+    bp->k_bcast = n > 1 && p->k.stride[0] == 0;
+    bp->v_bcast = n > 1 && p->v.stride[0] == 0;
+    const int64_t full[4] = {n, hq, tq, tk};
+    for (int d = 0; d < 4; d++)
+        bp->dbias_shape[d] =
+            p->bias.data && p->bias.stride[d] != 0 ? full[d] : 1;
+    const int64_t *e = bp->dbias_shape;
+#define EXTENTS(a, b, c, d)                                                    \
+    {                                                                          \
+        {(a), NULL}, {(b), NULL}, {(c), NULL},                                 \
+        {                                                                      \
+            (d), NULL                                                          \
+        }                                                                      \
+    }
+    const sdpa_tensor_rule rules[] = {
+        {.name = "dout",
+         .tensor = &a->dout,
+         .view = &bp->dout,
+         .required = true,
+         .rows_for_blas = true,
+         .elem_size = es,
+         .expect = EXTENTS(n, hq, tq, dv),
+         .words = &backward_words},
+        {.name = "dq",
+         .tensor = &a->dq,
+         .view = &bp->dq,
+         .required = true,
+         .is_output = true,
+         .rows_for_blas = true,
+         .elem_size = es,
+         .expect = EXTENTS(n, hq, tq, dk),
+         .words = &backward_words},
+        {.name = "dk",
+         .tensor = &a->dk,
+         .view = &bp->dk,
+         .required = true,
+         .is_output = true,
+         .elem_size = es,
+         .expect = EXTENTS(bp->k_bcast ? 1 : n, hkv, tk, dk),
+         .words = &backward_words},
+        {.name = "dv",
+         .tensor = &a->dv,
+         .view = &bp->dv,
+         .required = true,
+         .is_output = true,
+         .elem_size = es,
+         .expect = EXTENTS(bp->v_bcast ? 1 : n, hkv, tk, dv),
+         .words = &backward_words},
+        {.name = "dbias",
+         .tensor = &a->dbias,
+         .view = &bp->dbias,
+         .is_output = true,
+         .any_inner = true,
+         .elem_size = es,
+         .expect = EXTENTS(e[0], e[1], e[2], e[3]),
+         .words = &backward_words},
+    };
+#undef EXTENTS
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
+        if (!rules[i].required && !rules[i].tensor->data)
+            continue;
+        int status = sdpa_check_present(ctx, WHO, &rules[i]);
+        if (status == SDPA_OK)
+            status = sdpa_check_tensor(ctx, WHO, &rules[i], &r[(*count)++]);
+        if (status != SDPA_OK)
+            return status;
+    }
+    return SDPA_OK;
+}
+
+/* The inputs' bytes, from the views the forward's rules made, into
+ * r[*count]. */
+static void input_ranges(const sdpa_backward_args *a,
+                         const sdpa_bwd_problem *bp, sdpa_byte_range *r,
+                         int *count)
+{
+    const sdpa_problem *p = &bp->p;
+    const size_t es = p->elem_size;
+    const int64_t n = p->batch, hq = p->heads_q;
+    int c = *count;
+    r[c++] = span_of("q", false, p->q.data, a->q.shape, p->q.stride, es);
+    r[c++] = span_of("k", false, p->k.data, a->k.shape, p->k.stride, es);
+    r[c++] = span_of("v", false, p->v.data, a->v.shape, p->v.stride, es);
+    r[c++] =
+        span_of("out", false, p->out.data, a->out.shape, p->out.stride, es);
+    r[c++] =
+        span_of("lse", false, p->lse.data, a->lse.shape, p->lse.stride, es);
+    if (p->mask.data)
+        r[c++] = span_of("mask", false, p->mask.data, a->mask.shape,
+                         p->mask.stride, 1);
+    if (p->bias.data)
+        r[c++] = span_of("bias", false, p->bias.data, a->bias.shape,
+                         p->bias.stride, es);
+    if (a->kv_lens)
+        r[c++] = (sdpa_byte_range){"kv_lens", false, (uintptr_t)a->kv_lens,
+                                   (uintptr_t)(a->kv_lens + n)};
+    if (a->alibi_slopes)
+        r[c++] =
+            (sdpa_byte_range){"alibi_slopes", false, (uintptr_t)a->alibi_slopes,
+                              (uintptr_t)(a->alibi_slopes + hq)};
+    if (a->sinks)
+        r[c++] = (sdpa_byte_range){"sinks", false, (uintptr_t)a->sinks,
+                                   (uintptr_t)(a->sinks + hq)};
+    if (a->dsinks)
+        r[c++] = (sdpa_byte_range){"dsinks", true, (uintptr_t)a->dsinks,
+                                   (uintptr_t)(a->dsinks + hq)};
+    *count = c;
+}
+
+/* No output meets another argument. */
+static int check_disjoint(sdpa_ctx *ctx, const sdpa_byte_range *r, int count)
+{
+    for (int x = 0; x < count; x++)
+        for (int y = x + 1; y < count; y++)
+            if ((r[x].is_output || r[y].is_output) &&
+                sdpa_ranges_meet(&r[x], &r[y]))
+                return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
+                                 WHO ": output %s overlaps %s %s (the address "
+                                     "ranges from first to last element must "
+                                     "be disjoint)",
+                                 r[x].is_output ? r[x].name : r[y].name,
+                                 r[x].is_output && r[y].is_output ? "output"
+                                                                  : "input",
+                                 r[x].is_output ? r[y].name : r[x].name);
+    return SDPA_OK;
+}
+
+int sdpa_backward_validate(sdpa_ctx *ctx, const sdpa_backward_args *args,
+                           sdpa_bwd_problem *bp)
+{
+    sdpa_backward_args a;
+    int status = sdpa_import_args(ctx, WHO, args, SDPA_BACKWARD_ARGS_SIZE_V1,
+                                  &a, sizeof a);
+    if (status == SDPA_OK)
+        status = check_own_fields(ctx, &a);
+    if (status != SDPA_OK)
+        return status;
+    const sdpa_forward_args f = forward_fields(&a);
+    memset(bp, 0, sizeof *bp);
+    status = sdpa_validate_call(ctx, WHO, &f, &bp->p);
+    if (status != SDPA_OK)
+        return status;
+    enum { RANGES = 17 };
+    sdpa_byte_range r[RANGES];
+    int count = 0;
+    status = check_gradients(ctx, &a, bp, r, &count);
+    if (status != SDPA_OK)
+        return status;
+    input_ranges(&a, bp, r, &count);
+    status = check_disjoint(ctx, r, count);
+    if (status != SDPA_OK)
+        return status;
+    bp->dsinks = a.dsinks;
+    return SDPA_OK;
+}

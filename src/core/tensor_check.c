@@ -1,0 +1,189 @@
+/*
+ * The validator of tensor arguments (tensor_check.h): one tensor at a time,
+ * by a rule that says what it may be, with messages that start with the
+ * calling function's name.
+ */
+#include "core/tensor_check.h"
+#include "core/checked.h"
+
+#include <limits.h>
+#include <string.h>
+
+enum { N_DIM, H_DIM, T_DIM, D_DIM };
+
+static const sdpa_wording forward_words = {{"N", "H", "T", "D"}, false, false};
+
+int sdpa_check_present(sdpa_ctx *ctx, const char *who,
+                       const sdpa_tensor_rule *r)
+{
+    if (r->required && !r->tensor->data)
+        return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, "%s: %s.data is NULL", who,
+                         r->name);
+    return SDPA_OK;
+}
+
+static int check_shape(sdpa_ctx *ctx, const char *who,
+                       const sdpa_tensor_rule *r, const sdpa_wording *w)
+{
+    for (int d = 0; d < 4; d++) {
+        int64_t got = r->tensor->shape[d];
+        if (got <= 0)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
+                             "%s: %s.shape[%d] (%s) is %lld, must be positive",
+                             who, r->name, d, w->dims[d], (long long)got);
+    }
+    for (int d = 0; d < 4; d++) {
+        int64_t got = r->tensor->shape[d];
+        const sdpa_extent *want = &r->expect[d];
+        if (got == want->value || (r->broadcastable && got == 1))
+            continue;
+        if (!want->source)
+            return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
+                             "%s: %s.shape[%d] (%s) is %lld, must be %lld", who,
+                             r->name, d, w->dims[d], (long long)got,
+                             (long long)want->value);
+        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
+                         "%s: %s.shape[%d] is %lld, but %s is %lld: they must "
+                         "agree%s",
+                         who, r->name, d, (long long)got, want->source,
+                         (long long)want->value,
+                         r->broadcastable ? " (or be 1 to broadcast)" : "");
+    }
+    return SDPA_OK;
+}
+
+/* Span of a view in elements: the largest offset + 1 (all strides >= 0). */
+static bool span_elements(const sdpa_tensor *t, const int64_t stride[4],
+                          size_t *span)
+{
+    size_t total = 1;
+    for (int d = 0; d < 4; d++) {
+        size_t step;
+        if (!sdpa_mul_size((size_t)(t->shape[d] - 1), (size_t)stride[d],
+                           &step) ||
+            !sdpa_add_size(total, step, &total))
+            return false;
+    }
+    *span = total;
+    return true;
+}
+
+bool sdpa_overlaps_itself(const int64_t shape[4], const int64_t stride[4])
+{
+    int order[4] = {0, 1, 2, 3};
+    for (int a = 1; a < 4; a++) /* insertion sort by stride */
+        for (int b = a; b > 0 && stride[order[b]] < stride[order[b - 1]]; b--) {
+            int t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    int64_t covered = 0; /* largest offset reached by the inner dims */
+    for (int i = 0; i < 4; i++) {
+        int d = order[i];
+        if (shape[d] == 1)
+            continue;
+        if (stride[d] <= covered)
+            return true;
+        if (shape[d] - 1 > (INT64_MAX - covered) / stride[d])
+            return false; /* too large to overlap: caught as overflow */
+        covered += (shape[d] - 1) * stride[d];
+    }
+    return false;
+}
+
+/* The layout rules of a tensor whose shape is checked: sets stride (the
+ * view's: extent-1 dimensions 0, and stride[3] with inner_unused). */
+static int check_layout(sdpa_ctx *ctx, const char *who,
+                        const sdpa_tensor_rule *r, const sdpa_wording *w,
+                        int64_t stride[4])
+{
+    const sdpa_tensor *t = r->tensor;
+    for (int d = 0; d < 4; d++) {
+        stride[d] = d == D_DIM && r->inner_unused ? 0 : t->stride[d];
+        if (stride[d] < 0)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                             "%s: %s.stride[%d] is %lld, strides must not be "
+                             "negative",
+                             who, r->name, d, (long long)stride[d]);
+        if (t->shape[d] == 1)
+            stride[d] = 0; /* a single index never moves: broadcast */
+    }
+    if (!r->any_inner && t->stride[D_DIM] != 1 && t->shape[D_DIM] > 1)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "%s: %s.stride[3] is %lld, the innermost stride must "
+                         "be 1",
+                         who, r->name, (long long)t->stride[D_DIM]);
+    if (r->rows_for_blas && t->shape[T_DIM] > 1 &&
+        stride[T_DIM] < t->shape[D_DIM])
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "%s: %s.stride[2] is %lld, below the row length %lld",
+                         who, r->name, (long long)stride[T_DIM],
+                         (long long)t->shape[D_DIM]);
+    if (r->is_output && sdpa_overlaps_itself(t->shape, stride))
+        return sdpa_fail(
+            ctx, SDPA_ERR_BAD_STRIDE,
+            "%s: output %s has strides {%lld, %lld, %lld, %lld}: "
+            "sorted, each must step past all the smaller ones "
+            "cover%s",
+            who, r->name, (long long)t->stride[0], (long long)t->stride[1],
+            (long long)t->stride[2], (long long)t->stride[3],
+            w->short_overlap ? ""
+                             : " (the layouts libsdpa can prove write no "
+                               "element twice)");
+    return SDPA_OK;
+}
+
+/* The bytes of a tensor of these view strides, within the address space
+ * and, for BLAS rows, BLAS's int. (With joint_overflow only the row stride
+ * is named: that wording is sdpa_backward's, whose BLAS rows have the
+ * extents of q's, already within it.) */
+static int check_extent(sdpa_ctx *ctx, const char *who,
+                        const sdpa_tensor_rule *r, const sdpa_wording *w,
+                        const int64_t stride[4], size_t *bytes)
+{
+    const sdpa_tensor *t = r->tensor;
+    size_t span;
+    bool beyond = !span_elements(t, stride, &span) ||
+                  !sdpa_mul_size(span, r->elem_size, bytes) ||
+                  (uintptr_t)t->data > UINTPTR_MAX - *bytes;
+    bool blas = r->rows_for_blas &&
+                (t->shape[T_DIM] > INT_MAX || t->shape[D_DIM] > INT_MAX ||
+                 stride[T_DIM] > INT_MAX);
+    if (w->joint_overflow && (beyond || blas))
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%s: the extent or row stride of %s overflows", who,
+                         r->name);
+    if (beyond)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%s: the extent of %s overflows the address space",
+                         who, r->name);
+    if (blas)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "%s: %s has a row count, row length or row stride "
+                         "above the BLAS int limit %d",
+                         who, r->name, INT_MAX);
+    return SDPA_OK;
+}
+
+int sdpa_check_tensor(sdpa_ctx *ctx, const char *who, const sdpa_tensor_rule *r,
+                      sdpa_byte_range *range)
+{
+    const sdpa_wording *w = r->words ? r->words : &forward_words;
+    const sdpa_tensor *t = r->tensor;
+    int64_t stride[4];
+    size_t bytes = 0;
+    int status = check_shape(ctx, who, r, w);
+    if (status == SDPA_OK)
+        status = check_layout(ctx, who, r, w, stride);
+    if (status == SDPA_OK)
+        status = check_extent(ctx, who, r, w, stride, &bytes);
+    *range = (sdpa_byte_range){r->name, r->is_output, (uintptr_t)t->data,
+                               (uintptr_t)t->data + bytes};
+    if (status != SDPA_OK)
+        return status;
+    if (r->view) {
+        r->view->data = t->data;
+        memcpy(r->view->stride, stride, sizeof stride);
+    }
+    return SDPA_OK;
+}

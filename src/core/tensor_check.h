@@ -1,0 +1,80 @@
+/* The validator of tensor arguments (tensor_check.c) that sdpa_forward,
+ * sdpa_backward and sdpa_merge share. `who` is the calling function's name
+ * ("sdpa_backward"): every message starts "who: ". */
+#ifndef SDPA_CORE_TENSOR_CHECK_H
+#define SDPA_CORE_TENSOR_CHECK_H
+
+#include "core/context.h"
+#include "core/problem.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* An extent a tensor must have, and the argument that fixed it (e.g.
+ * "q.shape[2] (Tq)"). Without a source a mismatch names the dimension and
+ * the value instead ("dq.shape[1] (H) is 3, must be 4"). */
+typedef struct sdpa_extent {
+    int64_t value;
+    const char *source;
+} sdpa_extent;
+
+/* Where the messages of a call have always been worded otherwise than
+ * sdpa_forward's (a rule without one has sdpa_forward's). */
+typedef struct sdpa_wording {
+    const char *dims[4]; /* the dimensions' names: N, H, T, D */
+    bool short_overlap;  /* an output that writes an element twice: without
+                            "(the layouts libsdpa can prove ...)" */
+    bool joint_overflow; /* an extent beyond the address space and a row
+                            stride beyond BLAS's int: one message */
+} sdpa_wording;
+
+/* How one tensor argument is checked. */
+typedef struct sdpa_tensor_rule {
+    const char *name;
+    const sdpa_tensor *tensor;
+    sdpa_view *view; /* filled in (broadcast strides 0); may be NULL */
+    bool required;
+    bool is_output;
+    bool broadcastable; /* mask, bias: any dimension may have extent 1 */
+    bool rows_for_blas; /* row stride is a BLAS leading dimension */
+    bool any_inner;     /* any non-negative stride[3] (never a BLAS
+                           operand: rows are gathered) */
+    bool inner_unused;  /* one value per row: stride[3] ignored */
+    size_t elem_size;
+    sdpa_extent expect[4];     /* exact extents; broadcastable dims may be 1 */
+    const sdpa_wording *words; /* NULL: sdpa_forward's */
+} sdpa_tensor_rule;
+
+/* A byte range [begin, end) of an argument, for the overlap rules. */
+typedef struct sdpa_byte_range {
+    const char *name;
+    bool is_output;
+    uintptr_t begin, end;
+} sdpa_byte_range;
+
+/* Could an output view write one element twice? (Conservative: sorted by
+ * stride, each dimension must step past all that the inner ones cover;
+ * strides non-negative, broadcast ones already 0.) */
+bool sdpa_overlaps_itself(const int64_t shape[4], const int64_t stride[4]);
+
+/* Do two byte ranges share a byte? */
+static inline bool sdpa_ranges_meet(const sdpa_byte_range *a,
+                                    const sdpa_byte_range *b)
+{
+    return a->begin < b->end && b->begin < a->end;
+}
+
+/* A required tensor must have data: "who: name.data is NULL". */
+int sdpa_check_present(sdpa_ctx *ctx, const char *who,
+                       const sdpa_tensor_rule *r);
+
+/* Checks a present tensor by its rule: positive extents that match
+ * r->expect, non-negative strides (the innermost 1 unless any_inner, rows
+ * no closer than their length when rows_for_blas), an output that writes
+ * no element twice, an extent within the address space and, for BLAS
+ * rows, within BLAS's int. Fills *r->view and *range (its bytes). */
+int sdpa_check_tensor(sdpa_ctx *ctx, const char *who, const sdpa_tensor_rule *r,
+                      sdpa_byte_range *range);
+
+#endif /* SDPA_CORE_TENSOR_CHECK_H */
