@@ -28,13 +28,9 @@ function(sdpa_add_man_tests)
     LABELS "docs;${M_LABELS}")
 
   # The examples get the project's warning set (they must compile clean
-  # under it, with gcc and clang) and the sanitizers of this build.
-  list(JOIN SDPA_WARNING_FLAGS " " _warn)
-  list(JOIN SDPA_SANITIZE_FLAGS " " _san)
-  set(_ldflags "")
-  if(SDPA_SANITIZE)
-    set(_ldflags "-fsanitize=${SDPA_SANITIZE}")
-  endif()
+  # under it, with gcc and clang) and the sanitizers of this build
+  # (sdpa_outside_build_flags, tests/CMakeLists.txt).
+  sdpa_outside_build_flags(_cflags _ldflags)
   list(JOIN M_CPPFLAGS " " _cppflags)
   list(JOIN M_LIBS " " _libs)
   set(_work ${CMAKE_CURRENT_BINARY_DIR}/man-examples)
@@ -50,6 +46,6 @@ function(sdpa_add_man_tests)
     set_tests_properties(${_test} PROPERTIES
       LABELS "docs;${M_LABELS}"
       TIMEOUT 180
-      ENVIRONMENT "CC=${CMAKE_C_COMPILER};CFLAGS=-std=c11 ${_warn} ${_san};CPPFLAGS=${_cppflags};LIBS=${_libs} ${_ldflags};RUN=${M_RUN};${M_ENVIRONMENT}")
+      ENVIRONMENT "CC=${CMAKE_C_COMPILER};CFLAGS=${_cflags};CPPFLAGS=${_cppflags};LIBS=${_libs} ${_ldflags};RUN=${M_RUN};${M_ENVIRONMENT}")
   endforeach()
 endfunction()
