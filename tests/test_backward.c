@@ -793,16 +793,9 @@ static void run_many(int dtype, uint64_t first, long count)
     assert_int_equal(st.failures, 0);
 }
 
-static void test_random_float(void **state)
+static void test_random(void **state)
 {
-    (void)state;
-    run_many(SDPA_FLOAT32, 1, 250);
-}
-
-static void test_random_double(void **state)
-{
-    (void)state;
-    run_many(SDPA_FLOAT64, 1, 250);
+    run_many(*(int *)*state, 1, 250);
 }
 
 /* The shape of a hand-made configuration. */
@@ -1213,8 +1206,7 @@ static void test_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random_float),
-        cmocka_unit_test(test_random_double),
+        TP_BOTH_NAMED(test_random, NULL, NULL),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_no_allocation_when_repeated),

@@ -208,23 +208,15 @@ static void case_free(layer_case *c)
 /* The arguments of a case; attn (filled here) must outlive the call. */
 static sdpa_mha_args case_args(const layer_case *c, sdpa_forward_args *attn)
 {
-    sdpa_mha_args a = SDPA_MHA_ARGS_INIT;
-    a.dtype = c->dtype;
-    a.positions = c->positions;
-    a.heads_q = c->hq;
-    a.heads_kv = c->arg_hkv;
-    a.dim_k = c->arg_dk;
-    a.dim_v = c->arg_dv;
+    void *const w[4] = {c->w_q, c->w_k, c->w_v, c->w_o};
+    void *const b[4] = {c->b_q, c->b_k, c->b_v, c->b_o};
+    sdpa_mha_args a = tp_mha_args(c->dtype, c->positions, c->hq, c->arg_hkv,
+                                  c->arg_dk, c->arg_dv, &c->x_q.t,
+                                  c->self ? NULL : &c->x_kv.t, &c->y.t, w, b);
     a.pos_base = c->base;
     a.pos_offset = c->offset;
     a.pos_q = c->pos_q;
     a.pos_kv = c->pos_kv;
-    a.x_q = c->x_q.t;
-    if (!c->self)
-        a.x_kv = c->x_kv.t;
-    a.y = c->y.t;
-    a.w_q = c->w_q, a.w_k = c->w_k, a.w_v = c->w_v, a.w_o = c->w_o;
-    a.b_q = c->b_q, a.b_k = c->b_k, a.b_v = c->b_v, a.b_o = c->b_o;
     sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
     f.causal = c->causal;
     f.scale = c->scale;
@@ -353,10 +345,7 @@ static void reference(const layer_case *c, ref_layer *ref)
                     bool allowed = j < len;
                     if (c->use_mask && tget(&c->mask, b, 0, i, j) != 0)
                         allowed = false;
-                    if (c->causal == SDPA_CAUSAL_TOP_LEFT && j > i)
-                        allowed = false;
-                    if (c->causal == SDPA_CAUSAL_BOTTOM_RIGHT &&
-                        j > i + len - tq)
+                    if (!ref_causal_allows(c->causal, i, j, len, tq))
                         allowed = false;
                     s[j] = -INFINITY;
                     if (!allowed)

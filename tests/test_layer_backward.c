@@ -185,10 +185,7 @@ static long double ld_loss(const bcase *c, const long double *th)
                 long double m = -INFINITY;
                 for (int64_t j = 0; j < tk; j++) {
                     bool ok = j < len;
-                    if (c->causal == SDPA_CAUSAL_TOP_LEFT && j > i)
-                        ok = false;
-                    if (c->causal == SDPA_CAUSAL_BOTTOM_RIGHT &&
-                        j > i + len - tq)
+                    if (!ref_causal_allows(c->causal, i, j, len, tq))
                         ok = false;
                     s[j] = -INFINITY;
                     if (!ok)
@@ -353,20 +350,10 @@ static void call_make(lib_call *L, const bcase *c, int dtype)
     f.scale = c->scale;
     f.kv_lens = c->self ? NULL : c->kv_lens;
     L->attn = f;
-    sdpa_mha_args a = SDPA_MHA_ARGS_INIT;
-    a.dtype = dtype;
-    a.positions = c->positions;
-    a.heads_q = c->hq;
-    a.heads_kv = c->hkv;
-    a.dim_k = c->dk;
-    a.dim_v = c->dv;
+    sdpa_mha_args a =
+        tp_mha_args(dtype, c->positions, c->hq, c->hkv, c->dk, c->dv, &L->x_q.t,
+                    c->self ? NULL : &L->x_kv.t, &L->y.t, L->w, L->b);
     a.pos_offset = c->offset;
-    a.x_q = L->x_q.t;
-    if (!c->self)
-        a.x_kv = L->x_kv.t;
-    a.y = L->y.t;
-    a.w_q = L->w[0], a.w_k = L->w[1], a.w_v = L->w[2], a.w_o = L->w[3];
-    a.b_q = L->b[0], a.b_k = L->b[1], a.b_v = L->b[2], a.b_o = L->b[3];
     a.attn = &L->attn;
     L->fwd = a;
     sdpa_mha_backward_args g = SDPA_MHA_BACKWARD_ARGS_INIT;

@@ -285,102 +285,112 @@ static void check_identity(parts *s)
             }
 }
 
-static void test_identity_and_empty_partials(void **state)
+/* body on a fresh set of partials of each dtype (seed + dtype), in one
+ * context. */
+static void each_dtype(uint64_t seed, void (*body)(sdpa_ctx *, parts *))
 {
-    (void)state;
     sdpa_ctx *ctx = tp_ctx(0);
     for (int dt = SDPA_FLOAT32; dt <= SDPA_FLOAT64; dt++) {
         parts s;
-        parts_make(&s, dt, 77 + (uint64_t)dt);
-        /* Partial 1 saw no key for some rows: lse -inf, out NaN (never
-         * read); for row (1, 2, 3) no partial saw a key. */
-        for (int64_t t = 0; t < T; t += 2) {
-            tset(&s.lses[1], 0, 1, t, 0, -INFINITY);
-            for (int64_t d = 0; d < DV; d++)
-                tset(&s.outs[1], 0, 1, t, d, NAN);
-        }
-        for (int p = 0; p < P; p++) {
-            tset(&s.lses[p], 1, 2, 3, 0, -INFINITY);
-            for (int64_t d = 0; d < DV; d++)
-                tset(&s.outs[p], 1, 2, 3, d, NAN);
-        }
-        sdpa_merge_args m = parts_args(&s);
-        size_t ob = s.out.elems * s.out.esize, lb = s.lse.elems * s.lse.esize;
-        fill_sentinel(s.out.mem, ob);
-        fill_sentinel(s.lse.mem, lb);
-        /* Default policy: the empty row is an error, named; nothing
-         * written. */
-        assert_int_equal(sdpa_merge(ctx, &m), SDPA_ERR_FULLY_MASKED_ROW);
-        assert_non_null(strstr(sdpa_ctx_last_error(ctx),
-                               "batch 1, head 2, query row 3 has no allowed"));
-        assert_int_equal(first_non_sentinel(s.out.mem, ob), -1);
-        assert_int_equal(first_non_sentinel(s.lse.mem, lb), -1);
-        /* Zero rows: zeros and -inf there, the identity elsewhere. */
-        tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
-        assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
-        assert_string_equal(sdpa_ctx_last_error(ctx), "");
-        check_identity(&s);
-        tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ERROR);
+        parts_make(&s, dt, seed + (uint64_t)dt);
+        body(ctx, &s);
         parts_free(&s);
     }
     sdpa_ctx_destroy(ctx);
 }
 
+static void identity_and_empty_partials(sdpa_ctx *ctx, parts *s)
+{
+    /* Partial 1 saw no key for some rows: lse -inf, out NaN (never
+     * read); for row (1, 2, 3) no partial saw a key. */
+    for (int64_t t = 0; t < T; t += 2) {
+        tset(&s->lses[1], 0, 1, t, 0, -INFINITY);
+        for (int64_t d = 0; d < DV; d++)
+            tset(&s->outs[1], 0, 1, t, d, NAN);
+    }
+    for (int p = 0; p < P; p++) {
+        tset(&s->lses[p], 1, 2, 3, 0, -INFINITY);
+        for (int64_t d = 0; d < DV; d++)
+            tset(&s->outs[p], 1, 2, 3, d, NAN);
+    }
+    sdpa_merge_args m = parts_args(s);
+    size_t ob = s->out.elems * s->out.esize, lb = s->lse.elems * s->lse.esize;
+    fill_sentinel(s->out.mem, ob);
+    fill_sentinel(s->lse.mem, lb);
+    /* Default policy: the empty row is an error, named; nothing
+     * written. */
+    assert_int_equal(sdpa_merge(ctx, &m), SDPA_ERR_FULLY_MASKED_ROW);
+    assert_non_null(strstr(sdpa_ctx_last_error(ctx),
+                           "batch 1, head 2, query row 3 has no allowed"));
+    assert_int_equal(first_non_sentinel(s->out.mem, ob), -1);
+    assert_int_equal(first_non_sentinel(s->lse.mem, lb), -1);
+    /* Zero rows: zeros and -inf there, the identity elsewhere. */
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
+    assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
+    assert_string_equal(sdpa_ctx_last_error(ctx), "");
+    check_identity(s);
+    tp_set(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ERROR);
+}
+
+static void test_identity_and_empty_partials(void **state)
+{
+    (void)state;
+    each_dtype(77, identity_and_empty_partials);
+}
+
+static void bitwise(sdpa_ctx *ctx, parts *s)
+{
+    tset(&s->lses[2], 1, 1, 1, 0, -INFINITY);
+    sdpa_merge_args m = parts_args(s);
+    assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
+    check_identity(s);
+    size_t ob = s->out.elems * s->out.esize, lb = s->lse.elems * s->lse.esize;
+    void *out1 = malloc(ob), *lse1 = malloc(lb);
+    assert_non_null(out1);
+    assert_non_null(lse1);
+    memcpy(out1, s->out.mem, ob);
+    memcpy(lse1, s->lse.mem, lb);
+    /* Again: the same bits. */
+    assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
+    assert_memory_equal(out1, s->out.mem, ob);
+    assert_memory_equal(lse1, s->lse.mem, lb);
+    /* In place into partial 0: the same values, bit for bit. */
+    m.out = s->outs[0].t;
+    m.lse = s->lses[0].t;
+    assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++) {
+                double a = tget(&s->lses[0], b, h, t, 0);
+                double e = tget(&s->lse, b, h, t, 0);
+                assert_memory_equal(&a, &e, sizeof a);
+                for (int64_t d = 0; d < DV; d++) {
+                    a = tget(&s->outs[0], b, h, t, d);
+                    e = tget(&s->out, b, h, t, d);
+                    assert_memory_equal(&a, &e, sizeof a);
+                }
+            }
+    /* One partial is copied exactly (weight exp(0) / 1 = 1). */
+    m = parts_args(s);
+    m.parts = 1;
+    assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++) {
+                assert_true(tget(&s->lse, b, h, t, 0) ==
+                            tget(&s->lses[0], b, h, t, 0));
+                for (int64_t d = 0; d < DV; d++)
+                    assert_true(tget(&s->out, b, h, t, d) ==
+                                tget(&s->outs[0], b, h, t, d));
+            }
+    free(out1);
+    free(lse1);
+}
+
 static void test_bitwise(void **state)
 {
     (void)state;
-    sdpa_ctx *ctx = tp_ctx(0);
-    for (int dt = SDPA_FLOAT32; dt <= SDPA_FLOAT64; dt++) {
-        parts s;
-        parts_make(&s, dt, 91 + (uint64_t)dt);
-        tset(&s.lses[2], 1, 1, 1, 0, -INFINITY);
-        sdpa_merge_args m = parts_args(&s);
-        assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
-        check_identity(&s);
-        size_t ob = s.out.elems * s.out.esize, lb = s.lse.elems * s.lse.esize;
-        void *out1 = malloc(ob), *lse1 = malloc(lb);
-        assert_non_null(out1);
-        assert_non_null(lse1);
-        memcpy(out1, s.out.mem, ob);
-        memcpy(lse1, s.lse.mem, lb);
-        /* Again: the same bits. */
-        assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
-        assert_memory_equal(out1, s.out.mem, ob);
-        assert_memory_equal(lse1, s.lse.mem, lb);
-        /* In place into partial 0: the same values, bit for bit. */
-        m.out = s.outs[0].t;
-        m.lse = s.lses[0].t;
-        assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
-        for (int64_t b = 0; b < N; b++)
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t t = 0; t < T; t++) {
-                    double a = tget(&s.lses[0], b, h, t, 0);
-                    double e = tget(&s.lse, b, h, t, 0);
-                    assert_memory_equal(&a, &e, sizeof a);
-                    for (int64_t d = 0; d < DV; d++) {
-                        a = tget(&s.outs[0], b, h, t, d);
-                        e = tget(&s.out, b, h, t, d);
-                        assert_memory_equal(&a, &e, sizeof a);
-                    }
-                }
-        /* One partial is copied exactly (weight exp(0) / 1 = 1). */
-        m = parts_args(&s);
-        m.parts = 1;
-        assert_int_equal(sdpa_merge(ctx, &m), SDPA_OK);
-        for (int64_t b = 0; b < N; b++)
-            for (int64_t h = 0; h < H; h++)
-                for (int64_t t = 0; t < T; t++) {
-                    assert_true(tget(&s.lse, b, h, t, 0) ==
-                                tget(&s.lses[0], b, h, t, 0));
-                    for (int64_t d = 0; d < DV; d++)
-                        assert_true(tget(&s.out, b, h, t, d) ==
-                                    tget(&s.outs[0], b, h, t, d));
-                }
-        free(out1);
-        free(lse1);
-        parts_free(&s);
-    }
-    sdpa_ctx_destroy(ctx);
+    each_dtype(91, bitwise);
 }
 
 /* ---- Errors: status, message, outputs untouched -------------------------- */

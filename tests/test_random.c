@@ -354,6 +354,45 @@ static void note_ratio(int k, double e, double t)
         g_ratio[k] = e / t;
 }
 
+/* One row of a per-key output (weights, logits) against the reference:
+ * a key the row may not see holds exactly `forbidden` (and is then compared
+ * with the reference too when compare_forbidden), every other one is
+ * within bound of it. Returns 0 when it matches, else prints and returns 1. */
+static int compare_keys(const char *name, const char *forbidden_name,
+                        const tbuf *x, const long double *ref_keys,
+                        const unsigned char *allowed, size_t row, int64_t b,
+                        int64_t h, int64_t i, int64_t Tk, double forbidden,
+                        int compare_forbidden, double bound, int ratio,
+                        const char *where)
+{
+    for (int64_t j = 0; j < Tk; ++j) {
+        size_t k = row * (size_t)Tk + (size_t)j;
+        double ref = (double)ref_keys[k];
+        double got = tget(x, b, h, i, j);
+        if (!allowed[k]) {
+            if (got != forbidden) {
+                print_message("  forbidden %s[%lld,%lld,%lld,%lld] = %.10g, "
+                              "not %s (%s)\n",
+                              name, (long long)b, (long long)h, (long long)i,
+                              (long long)j, got, forbidden_name, where);
+                return 1;
+            }
+            if (!compare_forbidden)
+                continue;
+        }
+        double e = fabs(got - ref);
+        if (!(e <= bound)) {
+            print_message("  MISMATCH %ss[%lld,%lld,%lld,%lld] got %.10g ref "
+                          "%.10g tol %.3g (%s)\n",
+                          name, (long long)b, (long long)h, (long long)i,
+                          (long long)j, got, ref, bound, where);
+            return 1;
+        }
+        note_ratio(ratio, e, bound);
+    }
+    return 0;
+}
+
 /* Compare one run; returns 0 when it matches, else prints and returns 1. */
 static int compare(const cfg *c, const inst *s, const ref_result *r,
                    const tol *t, int path, int kernel)
@@ -361,6 +400,8 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
     char where[128];
     snprintf(where, sizeof where, "path=%s kernel=%s", tp_path_name(path),
              kernel_name(kernel));
+    char where_lg[160];
+    snprintf(where_lg, sizeof where_lg, "stage %d, %s", c->logits_stage, where);
     for (int64_t b = 0; b < c->N; ++b)
         for (int64_t h = 0; h < c->Hq; ++h)
             for (int64_t i = 0; i < c->Tq; ++i) {
@@ -379,60 +420,16 @@ static int compare(const cfg *c, const inst *s, const ref_result *r,
                     }
                     note_ratio(0, e, t->out);
                 }
-                if (s->p.w.mem)
-                    for (int64_t j = 0; j < c->Tk; ++j) {
-                        size_t k = row * (size_t)c->Tk + (size_t)j;
-                        double ref = (double)r->weights[k];
-                        double got = tget(&s->p.w, b, h, i, j);
-                        if (!r->allowed[k] && got != 0.0) {
-                            print_message("  forbidden weight[%lld,%lld,%lld,"
-                                          "%lld] = %.10g, not exactly 0 (%s)\n",
-                                          (long long)b, (long long)h,
-                                          (long long)i, (long long)j, got,
-                                          where);
-                            return 1;
-                        }
-                        double e = fabs(got - ref);
-                        if (!(e <= t->w)) {
-                            print_message("  MISMATCH weights[%lld,%lld,%lld,"
-                                          "%lld] got %.10g ref %.10g tol %.3g "
-                                          "(%s)\n",
-                                          (long long)b, (long long)h,
-                                          (long long)i, (long long)j, got, ref,
-                                          t->w, where);
-                            return 1;
-                        }
-                        note_ratio(1, e, t->w);
-                    }
-                if (s->p.lg.mem)
-                    for (int64_t j = 0; j < c->Tk; ++j) {
-                        size_t k = row * (size_t)c->Tk + (size_t)j;
-                        double ref = (double)r->logits[k];
-                        double got = tget(&s->p.lg, b, h, i, j);
-                        if (!r->allowed[k]) {
-                            if (!(isinf(got) && got < 0)) {
-                                print_message("  forbidden logit[%lld,%lld,"
-                                              "%lld,%lld] = %.10g, not -inf "
-                                              "(stage %d, %s)\n",
-                                              (long long)b, (long long)h,
-                                              (long long)i, (long long)j, got,
-                                              c->logits_stage, where);
-                                return 1;
-                            }
-                            continue;
-                        }
-                        double e = fabs(got - ref);
-                        if (!(e <= t->logit)) {
-                            print_message("  MISMATCH logits[%lld,%lld,%lld,"
-                                          "%lld] got %.10g ref %.10g tol %.3g "
-                                          "(stage %d, %s)\n",
-                                          (long long)b, (long long)h,
-                                          (long long)i, (long long)j, got, ref,
-                                          t->logit, c->logits_stage, where);
-                            return 1;
-                        }
-                        note_ratio(3, e, t->logit);
-                    }
+                if (s->p.w.mem &&
+                    compare_keys("weight", "exactly 0", &s->p.w, r->weights,
+                                 r->allowed, row, b, h, i, c->Tk, 0.0, 1, t->w,
+                                 1, where))
+                    return 1;
+                if (s->p.lg.mem &&
+                    compare_keys("logit", "-inf", &s->p.lg, r->logits,
+                                 r->allowed, row, b, h, i, c->Tk, -INFINITY, 0,
+                                 t->logit, 3, where_lg))
+                    return 1;
                 if (s->p.lse.mem) {
                     double ref = (double)r->lse[row];
                     double got = tget(&s->p.lse, b, h, i, 0);

@@ -129,15 +129,34 @@ static void forward_ok(sdpa_ctx *ctx, const sdpa_forward_args *a)
     assert_string_equal(sdpa_ctx_last_error(ctx), "");
 }
 
+/* The two-token example in the dtype of the test's state, and a context. */
+static sdpa_ctx *two_token_begin(two_token *t, void **state)
+{
+    sdpa_ctx *ctx = tp_ctx(0);
+    two_token_init(t, *(int *)*state);
+    return ctx;
+}
+
+static void two_token_end(two_token *t, sdpa_ctx *ctx)
+{
+    fixture_free(t);
+    sdpa_ctx_destroy(ctx);
+}
+
+/* The call of t succeeds; its weights and out are W and O (named wn, on). */
+static void two_token_expect(sdpa_ctx *ctx, two_token *t, const char *wn,
+                             const double *W, const char *on, const double *O)
+{
+    forward_ok(ctx, &t->a);
+    check_all(wn, &t->w, W, TOL);
+    check_all(on, &t->out, O, TOL);
+}
+
 static void test_two_token(void **state)
 {
-    int dtype = *(int *)*state;
-    sdpa_ctx *ctx = tp_ctx(0);
     two_token t;
-    two_token_init(&t, dtype);
-    forward_ok(ctx, &t.a);
-    check_all("A", &t.w, TA, TOL);
-    check_all("O", &t.out, TO, TOL);
+    sdpa_ctx *ctx = two_token_begin(&t, state);
+    two_token_expect(ctx, &t, "A", TA, "O", TO);
     /* lse_i = log(exp(s_i1) + exp(s_i2)), s = [[1,2],[1,0]] / sqrt(2). */
     const double r = 1.0 / sqrt(2.0);
     const double lse[2] = {log(exp(r) + exp(2 * r)), log(exp(r) + 1.0)};
@@ -146,22 +165,17 @@ static void test_two_token(void **state)
     for (int64_t i = 0; i < 2; ++i)
         check_close("row sum", i,
                     tget(&t.w, 0, 0, i, 0) + tget(&t.w, 0, 0, i, 1), 1.0, 1e-6);
-    fixture_free(&t);
-    sdpa_ctx_destroy(ctx);
+    two_token_end(&t, ctx);
 }
 
 static void test_two_token_mask(void **state)
 {
-    int dtype = *(int *)*state;
-    sdpa_ctx *ctx = tp_ctx(0);
     two_token t;
-    two_token_init(&t, dtype);
+    sdpa_ctx *ctx = two_token_begin(&t, state);
     static const double M[] = {0, 1, 0, 0};
     t.mask = mk(ELEM_U8, M, 1, 1, 2, 2);
     t.a.mask = t.mask.t;
-    forward_ok(ctx, &t.a);
-    check_all("Am", &t.w, TAm, TOL);
-    check_all("Om", &t.out, TOm, TOL);
+    two_token_expect(ctx, &t, "Am", TAm, "Om", TOm);
     /* The forbidden weight is exactly 0, not merely small. */
     assert_true(tget(&t.w, 0, 0, 0, 1) == 0.0);
 
@@ -170,32 +184,22 @@ static void test_two_token_mask(void **state)
     tbuf mt = mk(ELEM_U8, Mt, 1, 1, 2, 2);
     t.a.mask = mt.t;
     t.a.flags = SDPA_FLAG_MASK_NONZERO_ALLOWS;
-    forward_ok(ctx, &t.a);
-    check_all("Am(allows)", &t.w, TAm, TOL);
-    check_all("Om(allows)", &t.out, TOm, TOL);
+    two_token_expect(ctx, &t, "Am(allows)", TAm, "Om(allows)", TOm);
     tbuf_free(&mt);
-    fixture_free(&t);
-    sdpa_ctx_destroy(ctx);
+    two_token_end(&t, ctx);
 }
 
 static void test_two_token_causal(void **state)
 {
-    int dtype = *(int *)*state;
-    sdpa_ctx *ctx = tp_ctx(0);
     two_token t;
-    two_token_init(&t, dtype);
+    sdpa_ctx *ctx = two_token_begin(&t, state);
     t.a.causal = SDPA_CAUSAL_TOP_LEFT;
-    forward_ok(ctx, &t.a);
-    check_all("Am", &t.w, TAm, TOL);
-    check_all("Om", &t.out, TOm, TOL);
+    two_token_expect(ctx, &t, "Am", TAm, "Om", TOm);
     assert_true(tget(&t.w, 0, 0, 0, 1) == 0.0);
     /* Tq == Tk: BOTTOM_RIGHT is the same diagonal. */
     t.a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
-    forward_ok(ctx, &t.a);
-    check_all("Am(br)", &t.w, TAm, TOL);
-    check_all("Om(br)", &t.out, TOm, TOL);
-    fixture_free(&t);
-    sdpa_ctx_destroy(ctx);
+    two_token_expect(ctx, &t, "Am(br)", TAm, "Om(br)", TOm);
+    two_token_end(&t, ctx);
 }
 
 /*
@@ -265,10 +269,8 @@ static void test_masked_softmax_bias_scores(void **state)
  * summing to 0.3302; masking before the softmax gives exactly 1. */
 static void test_post_softmax_pitfall(void **state)
 {
-    int dtype = *(int *)*state;
-    sdpa_ctx *ctx = tp_ctx(0);
     two_token t;
-    two_token_init(&t, dtype);
+    sdpa_ctx *ctx = two_token_begin(&t, state);
     forward_ok(ctx, &t.a);
     double wrong = tget(&t.w, 0, 0, 0, 0); /* A[0][1] zeroed afterwards */
     check_close("wrong row sum", 0, wrong, 0.3302, TOL);
@@ -280,8 +282,7 @@ static void test_post_softmax_pitfall(void **state)
     double right = tget(&t.w, 0, 0, 0, 0) + tget(&t.w, 0, 0, 0, 1);
     check_close("row sum", 0, right, 1.0, 1e-6);
     assert_true(fabs(right - wrong) > 0.5);
-    fixture_free(&t);
-    sdpa_ctx_destroy(ctx);
+    two_token_end(&t, ctx);
 }
 
 /*

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checks.h"
 #include "sdpa.h"
 #include "problem.h"
 #include "testutil.h"
@@ -275,16 +276,9 @@ static void api_test(int dtype)
     sdpa_ctx_destroy(ctx);
 }
 
-static void test_api_float(void **state)
+static void test_api(void **state)
 {
-    (void)state;
-    api_test(SDPA_FLOAT32);
-}
-
-static void test_api_double(void **state)
-{
-    (void)state;
-    api_test(SDPA_FLOAT64);
+    api_test(*(int *)*state);
 }
 
 /* ---- The row kernels directly (static library only). ----------------- */
@@ -408,27 +402,18 @@ static void kernels_test(int dtype)
     assert_int_equal(bad, 0);
 }
 
-static void test_kernels_float(void **state)
+static void row_kernels(void **state)
 {
-    (void)state;
-    kernels_test(SDPA_FLOAT32);
-}
-
-static void test_kernels_double(void **state)
-{
-    (void)state;
-    kernels_test(SDPA_FLOAT64);
+    kernels_test(*(int *)*state);
 }
 #endif /* SDPA_TEST_ROW_KERNELS */
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_api_float),
-        cmocka_unit_test(test_api_double),
+        TP_BOTH_NAMED(test_api, NULL, NULL),
 #ifdef SDPA_TEST_ROW_KERNELS
-        cmocka_unit_test(test_kernels_float),
-        cmocka_unit_test(test_kernels_double),
+        TP_BOTH_AS("test_kernels", row_kernels, NULL, NULL),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

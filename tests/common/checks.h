@@ -8,12 +8,14 @@
 #include "problem.h"
 
 /* A test for float and for double, cmocka names fn_float and fn_double
- * (setup and teardown may be NULL)... */
-#define TP_BOTH_NAMED(fn, setup, teardown)                                     \
-    {#fn "_float", fn, setup, teardown, &tp_float},                            \
-    {                                                                          \
-#fn "_double", fn, setup, teardown, &tp_double                         \
-    }
+ * (setup and teardown may be NULL), or name_float and name_double with
+ * TP_BOTH_AS... */
+/* clang-format off */
+#define TP_BOTH_AS(name, fn, setup, teardown)                                  \
+    {name "_float", fn, setup, teardown, &tp_float},                           \
+    {name "_double", fn, setup, teardown, &tp_double}
+/* clang-format on */
+#define TP_BOTH_NAMED(fn, setup, teardown) TP_BOTH_AS(#fn, fn, setup, teardown)
 /* ... or both named fn. */
 #define TP_BOTH(fn)                                                            \
     cmocka_unit_test_prestate(fn, &tp_float),                                  \

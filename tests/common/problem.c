@@ -136,6 +136,27 @@ void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x)
         a->sinks = x->sinks;
 }
 
+sdpa_mha_args tp_mha_args(int dtype, int positions, int64_t hq, int64_t hkv,
+                          int64_t dk, int64_t dv, const sdpa_tensor *x_q,
+                          const sdpa_tensor *x_kv, const sdpa_tensor *y,
+                          void *const w[4], void *const b[4])
+{
+    sdpa_mha_args a = SDPA_MHA_ARGS_INIT;
+    a.dtype = dtype;
+    a.positions = positions;
+    a.heads_q = hq;
+    a.heads_kv = hkv;
+    a.dim_k = dk;
+    a.dim_v = dv;
+    a.x_q = *x_q;
+    if (x_kv)
+        a.x_kv = *x_kv;
+    a.y = *y;
+    a.w_q = w[0], a.w_k = w[1], a.w_v = w[2], a.w_o = w[3];
+    a.b_q = b[0], a.b_k = b[1], a.b_v = b[2], a.b_o = b[3];
+    return a;
+}
+
 sdpa_backward_args tp_backward_of(const sdpa_forward_args *a)
 {
     sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;

@@ -101,6 +101,16 @@ void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x);
 /* The sdpa_backward_args of the same problem (no gradient outputs yet). */
 sdpa_backward_args tp_backward_of(const sdpa_forward_args *a);
 
+/* The multi-head layer's arguments (sdpa_mha_forward, and the forward of
+ * sdpa_mha_backward): dtype, positions, heads and head sizes, the views
+ * x_q, x_kv (NULL: self-attention) and y, and the weights and biases in
+ * the order q, k, v, o (biases may be NULL). The positions' base, offset
+ * and arrays and attn are left to the caller. */
+sdpa_mha_args tp_mha_args(int dtype, int positions, int64_t hq, int64_t hkv,
+                          int64_t dk, int64_t dv, const sdpa_tensor *x_q,
+                          const sdpa_tensor *x_kv, const sdpa_tensor *y,
+                          void *const w[4], void *const b[4]);
+
 /* A broadcastable [N|1, Hq|1, Tq|1, Tk|1] tensor over the extents `full`:
  * mode bm[d] 0 full, 2 extent 1, 3 stride 0 over the full extent, 4 (keys)
  * key_step elements apart. */

@@ -66,6 +66,15 @@ void ref_free(ref_result *r)
     memset(r, 0, sizeof *r);
 }
 
+int ref_causal_allows(int causal, int64_t i, int64_t j, int64_t len, int64_t tq)
+{
+    if (causal == SDPA_CAUSAL_TOP_LEFT)
+        return j <= i;
+    if (causal == SDPA_CAUSAL_BOTTOM_RIGHT)
+        return j <= i + (len - tq);
+    return 1;
+}
+
 int ref_forward(const sdpa_forward_args *a, ref_result *r)
 {
     const int dt = a->dtype;
@@ -128,10 +137,7 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                         if (inverted ? mv == 0 : mv != 0)
                             allowed = 0;
                     }
-                    if (a->causal == SDPA_CAUSAL_TOP_LEFT && j > i)
-                        allowed = 0;
-                    if (a->causal == SDPA_CAUSAL_BOTTOM_RIGHT &&
-                        j > i + (L - Tq))
+                    if (!ref_causal_allows(a->causal, i, j, L, Tq))
                         allowed = 0;
                     if (window && a->window_left != -1 &&
                         j - d < -a->window_left)

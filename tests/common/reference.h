@@ -56,6 +56,12 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r);
 
 void ref_free(ref_result *r);
 
+/* Whether the causal anchor (SDPA_CAUSAL_*) lets query row i of tq see key
+ * j of a row with len keys: top-left j <= i, bottom-right j <= i + (len -
+ * tq), none every key. */
+int ref_causal_allows(int causal, int64_t i, int64_t j, int64_t len,
+                      int64_t tq);
+
 /* Read element (i0, i1, i2, i3) of a strided float/double tensor as long
  * double. Broadcast dims (extent 1) must be mapped by the caller. */
 long double ref_get(const sdpa_tensor *t, int dtype, int64_t i0, int64_t i1,
