@@ -1,14 +1,15 @@
 /*
  * libFuzzer target for sdpa_backward.
  *
- * An input (enum field below; missing bytes read as 0) decodes to a small
- * attention problem and its backward call: dtype (also the declared half
- * types and invalid values), N, Hq / Hkv (GQA), Tq, Tk, Dk, Dv, layouts
- * (heads inner or outer, padded rows) of q, k, v, out, lse, dout and of the
- * gradients dq, dk, dv; K and V broadcast over N (extent 1 or stride 0:
- * dk / dv then have extent 1 and sum over the batch); mask and bias
- * broadcast over any dimension (bias with -inf) and the optional dbias
- * (extent 1 exactly where the bias broadcasts); causal, a window, scale,
+ * An input (fuzz_problem.h's fields, then enum field below; missing bytes
+ * read as 0) decodes to a small attention problem and its backward call:
+ * dtype (also the declared half types and invalid values), N, Hq / Hkv
+ * (GQA), Tq, Tk, Dk, Dv, layouts (heads inner or outer, padded rows) of q,
+ * k, v, out, lse, dout and of the gradients dq, dk, dv; K and V broadcast
+ * over N (extent 1 or stride 0: dk / dv then have extent 1 and sum over the
+ * batch); mask and bias broadcast over any dimension (bias with -inf) and
+ * the optional dbias (extent 1 exactly where the bias broadcasts); causal,
+ * a window, scale,
  * soft-cap, kv_lens (the K/V rows past them hold NaN), ALiBi slopes, sinks
  * and the optional dsinks; the context's options (empty-row policy,
  * threads, blocks, kernel), struct_size, a failing allocator, special
@@ -40,21 +41,12 @@
 #include <string.h>
 
 #include "fuzz_common.h"
+#include "fuzz_problem.h"
 #include "fuzz_ref.h"
 
+/* After fuzz_problem.h's fields (F_LAYOUT: a bit per tensor, heads inner). */
 enum field {
-    F_MODE,
-    F_DTYPE,
-    F_DTYPE_RAW,
-    F_N,
-    F_HKV,
-    F_GROUP,
-    F_TQ,
-    F_TK,
-    F_DK,
-    F_DV,
-    F_LAYOUT, /* bit per tensor: heads inner */
-    F_PAD,
+    F_PAD = FZ_PROBLEM_FIELDS,
     F_KV_BCAST,
     F_MASK,
     F_MASK_B,
@@ -810,15 +802,11 @@ static void run_huge(void)
 }
 
 static const fz_seed seeds[] = {
-    {"default", {{-1, 0}}},
     {"gqa_causal_softcap_f64",
      {{F_DTYPE, 9},
       {F_HKV, 1},
       {F_GROUP, 1},
-      {F_TQ, 3},
-      {F_TK, 5},
-      {F_DK, 3},
-      {F_DV, 2},
+      FZ_DIMS(3, 5, 3, 2),
       {F_CAUSAL, 2},
       {F_SOFTCAP, 1 | (8 << 2)},
       {-1, 0}}},
@@ -833,8 +821,7 @@ static const fz_seed seeds[] = {
     {"kv_broadcast_stride0_threads",
      {{F_N, 1},
       {F_KV_BCAST, 2},
-      {F_OPT0_ID, 2},
-      {F_OPT0_ID + 1, 2},
+      FZ_OPTION(F_OPT0_ID, 2, 2),
       {F_SECOND, 1 | (1 << 2)},
       {F_TK, 4},
       {-1, 0}}},
@@ -848,8 +835,7 @@ static const fz_seed seeds[] = {
       {F_DBIAS, 1},
       {F_TQ, 3},
       {F_TK, 5},
-      {F_OPT0_ID, 1},
-      {F_OPT0_ID + 1, 1},
+      FZ_OPTION(F_OPT0_ID, 1, 1),
       {-1, 0}}},
     {"kvlens_window_alibi",
      {{F_N, 1},
@@ -860,16 +846,13 @@ static const fz_seed seeds[] = {
       {F_ALIBI, 1},
       {F_TQ, 4},
       {F_TK, 6},
-      {F_OPT0_ID, 1},
-      {F_OPT0_ID + 1, 1},
+      FZ_OPTION(F_OPT0_ID, 1, 1),
       {-1, 0}}},
     {"sinks_dsinks_blocks",
      {{F_SINKS, 1},
       {F_DSINKS, 1},
-      {F_OPT0_ID, 6},
-      {F_OPT0_ID + 1, 2},
-      {F_OPT0_ID + 2, 7},
-      {F_OPT0_ID + 3, 2},
+      FZ_OPTION(F_OPT0_ID, 6, 2),
+      FZ_OPTION(F_OPT0_ID + 2, 7, 2),
       {-1, 0}}},
     {"empty_rows_error", {{F_MASK, 1}, {F_MASK_DENS, 2}, {F_TK, 1}, {-1, 0}}},
     {"nan_lse", {{F_SPECIAL, 10}, {F_TK, 3}, {-1, 0}}},
@@ -889,4 +872,5 @@ static void reset(void)
     memset(&g, 0, sizeof g);
 }
 
-FZ_TARGET("fuzz_backward", "BACKWARD", F_SEED0, F_MODE, reset, run, run_huge);
+FZ_TARGET("fuzz_backward", "BACKWARD", "default", F_SEED0, F_MODE, reset, run,
+          run_huge);

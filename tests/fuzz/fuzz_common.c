@@ -900,8 +900,26 @@ int64_t fz_small_dim(unsigned v, int64_t lo, int64_t hi)
 /* ------------------------------------------------------------------------ */
 /* Seeds and start-up.                                                       */
 /* ------------------------------------------------------------------------ */
-static int write_seeds(const char *dir, const fz_seed *seeds, size_t count)
+static int write_seed(const char *dir, size_t index, const char *name,
+                      const uint8_t *bytes, size_t len)
 {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%02zu_%s", dir, index, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(bytes, 1, len, f) != len || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return 1;
+    }
+    LLVMFuzzerTestOneInput(bytes, len); /* each seed passes the checks */
+    return 0;
+}
+
+static int write_seeds(const char *dir, const char *default_seed,
+                       const fz_seed *seeds, size_t count)
+{
+    const uint8_t empty[1] = {0};
+    if (write_seed(dir, 0, default_seed, empty, sizeof empty))
+        return 1;
     for (size_t s = 0; s < count; s++) {
         uint8_t bytes[FZ_MAX_FIELDS];
         memset(bytes, 0, sizeof bytes);
@@ -913,16 +931,10 @@ static int write_seeds(const char *dir, const fz_seed *seeds, size_t count)
         }
         if (len == 0)
             len = 1;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%02zu_%s", dir, s, seeds[s].name);
-        FILE *f = fopen(path, "wb");
-        if (!f || fwrite(bytes, 1, len, f) != len || fclose(f) != 0) {
-            fprintf(stderr, "cannot write %s\n", path);
+        if (write_seed(dir, s + 1, seeds[s].name, bytes, len))
             return 1;
-        }
-        LLVMFuzzerTestOneInput(bytes, len); /* each seed passes the checks */
     }
-    fprintf(stderr, "%s: wrote %zu seeds to %s\n", fz_target, count, dir);
+    fprintf(stderr, "%s: wrote %zu seeds to %s\n", fz_target, count + 1, dir);
     return 0;
 }
 
@@ -934,8 +946,8 @@ static void print_tolerated(void)
     fprintf(stderr, "\n");
 }
 
-void fz_init(const char *target, const char *upper, const fz_seed *seeds,
-             size_t count)
+void fz_init(const char *target, const char *upper, const char *default_seed,
+             const fz_seed *seeds, size_t count)
 {
     fz_target = target;
     char name[128];
@@ -947,7 +959,7 @@ void fz_init(const char *target, const char *upper, const fz_seed *seeds,
     snprintf(name, sizeof name, "FUZZ_%s_WRITE_CORPUS", upper);
     const char *dir = getenv(name);
     if (dir && *dir)
-        exit(write_seeds(dir, seeds, count));
+        exit(write_seeds(dir, default_seed, seeds, count));
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -955,7 +967,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     const fz_target_def *t = &fz_this_target;
-    fz_init(t->name, t->upper, t->seeds, t->seed_count);
+    fz_init(t->name, t->upper, t->default_seed, t->seeds, t->seed_count);
     return 0;
 }
 

@@ -254,6 +254,13 @@ int64_t fz_small_dim(unsigned v, int64_t lo, int64_t hi);
 /* ------------------------------------------------------------------------ */
 /* Seeds and start-up.                                                       */
 /* ------------------------------------------------------------------------ */
+/* In a seed's set: the option slot at field `slot` (fz_apply_options)
+ * with option id `id` and the value byte `value`. */
+/* (clang-format would break the last pair up as a block.) */
+/* clang-format off */
+#define FZ_OPTION(slot, id, value) {(slot), (id)}, {(slot) + 1, (value)}
+/* clang-format on */
+
 typedef struct fz_seed {
     const char *name;
     struct {
@@ -264,10 +271,11 @@ typedef struct fz_seed {
 
 /* Reads FUZZ_<UPPER>_VERBOSE, and with FUZZ_<UPPER>_WRITE_CORPUS=<dir>
  * writes the seeds (each run through the target as it is written) and
- * exits. `upper` is the target's name without fuzz_, in capitals
- * ("FORWARD"). */
-void fz_init(const char *target, const char *upper, const fz_seed *seeds,
-             size_t count);
+ * exits: first the empty input (one zero byte, every target's smallest
+ * valid call), named default_seed, then the table's. `upper` is the
+ * target's name without fuzz_, in capitals ("FORWARD"). */
+void fz_init(const char *target, const char *upper, const char *default_seed,
+             const fz_seed *seeds, size_t count);
 
 /* What a target defines (fz_this_target): LLVMFuzzerInitialize and
  * LLVMFuzzerTestOneInput are fuzz_common.c's, the same for all. An input
@@ -278,6 +286,7 @@ void fz_init(const char *target, const char *upper, const fz_seed *seeds,
  * after it (fz_free_bufs). */
 typedef struct fz_target_def {
     const char *name, *upper;
+    const char *default_seed; /* the empty input's seed name */
     const fz_seed *seeds;
     size_t seed_count;
     int seed_field, huge_field;
@@ -286,11 +295,19 @@ typedef struct fz_target_def {
     void (*run_huge)(void);
 } fz_target_def;
 extern const fz_target_def fz_this_target;
-/* Defines fz_this_target with the target's `seeds` table. */
-#define FZ_TARGET(name, upper, seed_field, huge_field, reset, run, run_huge)   \
-    const fz_target_def fz_this_target = {                                     \
-        name,       upper,      seeds, sizeof seeds / sizeof seeds[0],         \
-        seed_field, huge_field, reset, run,                                    \
-        run_huge}
+/* Defines fz_this_target with the target's `seeds` table (the hand-made
+ * seeds after the empty input's, which is named default_seed). */
+#define FZ_TARGET(name, upper, default_seed, seed_field, huge_field, reset,    \
+                  run, run_huge)                                               \
+    const fz_target_def fz_this_target = {name,                                \
+                                          upper,                               \
+                                          default_seed,                        \
+                                          seeds,                               \
+                                          sizeof seeds / sizeof seeds[0],      \
+                                          seed_field,                          \
+                                          huge_field,                          \
+                                          reset,                               \
+                                          run,                                 \
+                                          run_huge}
 
 #endif

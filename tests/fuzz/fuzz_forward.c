@@ -1,9 +1,10 @@
 /*
  * libFuzzer target for sdpa_forward and sdpa_forward_workspace.
  *
- * Every input is a fixed header of one-byte fields (enum field below; bytes
- * past the end of the input read as 0, so the empty input is a small valid
- * call). The fields choose: the mode (small shapes that are computed, or
+ * Every input is a fixed header of one-byte fields (fuzz_problem.h's, then
+ * enum field below; bytes past the end of the input read as 0, so the
+ * empty input is a small valid call). The fields choose: the mode (small
+ * shapes that are computed, or
  * huge shapes that are only validated and planned), dtype (also the half
  * types the header declares, and invalid values), shapes, layouts and
  * padded / zero / negative / overlapping strides, optional mask / bias /
@@ -61,7 +62,8 @@
  * call refused the arguments (it must refuse them the same way).
  *
  * Seed corpus: FUZZ_FORWARD_WRITE_CORPUS=<dir> ./fuzz_forward writes the
- * hand-made seeds of seeds[] to <dir> and exits.
+ * empty input's seed and the hand-made seeds of seeds[] to <dir> and
+ * exits.
  */
 #include <float.h>
 #include <limits.h>
@@ -72,25 +74,16 @@
 #include <string.h>
 
 #include "fuzz_common.h"
+#include "fuzz_problem.h"
 #include "fuzz_ref.h"
 
 /* ------------------------------------------------------------------------ */
-/* Input fields: one byte each, in this order (new fields are appended, so  */
-/* that the committed seeds keep their meaning).                             */
+/* Input fields: one byte each, fuzz_problem.h's and then these, in this   */
+/* order (new fields are appended, so that the committed seeds keep their   */
+/* meaning).                                                                 */
 /* ------------------------------------------------------------------------ */
 enum field {
-    F_MODE,
-    F_DTYPE,
-    F_DTYPE_RAW,
-    F_N,
-    F_HKV,
-    F_GROUP,
-    F_TQ,
-    F_TK,
-    F_DK,
-    F_DV,
-    F_LAYOUT,
-    F_PAD_Q,
+    F_PAD_Q = FZ_PROBLEM_FIELDS,
     F_PAD_KV,
     F_PAD_OUT,
     F_PAD_W,
@@ -640,9 +633,7 @@ static int forbid_reasons(int64_t b, int64_t h, int64_t i, int64_t j)
         if (c->mask_allows ? v == 0 : v != 0)
             r |= R_MASK;
     }
-    if (c->causal == SDPA_CAUSAL_TOP_LEFT && j > i)
-        r |= R_CAUSAL;
-    if (c->causal == SDPA_CAUSAL_BOTTOM_RIGHT && j > i + (L - c->Tq))
+    if (!ref_causal_allows(c->causal, i, j, L, c->Tq))
         r |= R_CAUSAL;
     if (c->window) {
         int64_t d = c->causal == SDPA_CAUSAL_TOP_LEFT ? i : i + (L - c->Tq);
@@ -1467,27 +1458,13 @@ static void run_small(void)
  * 5, 8, -1, INT64_MAX, 100, -2, INT64_MIN}); F_ALIBI 5 = standard slopes,
  * 6 random; F_SINKS 5 = sinks in [-3, 3]; F_LOGITS 4..6 = stages 1..3. */
 static const fz_seed seeds[] = {
-    {"valid_default", {{-1, 0}}},
     {"materialised_weights_lse",
-     {{F_TQ, 5},
-      {F_TK, 9},
-      {F_DK, 3},
-      {F_DV, 4},
-      {F_WEIGHTS, 1},
-      {F_LSE, 1},
-      {F_SEED0, 7},
-      {-1, 0}}},
+     {FZ_DIMS(5, 9, 3, 4), {F_WEIGHTS, 1}, {F_LSE, 1}, {F_SEED0, 7}, {-1, 0}}},
     {"tiled_forced_blocks",
-     {{F_TQ, 229},
-      {F_TK, 235},
-      {F_DK, 5},
-      {F_DV, 6},
-      {F_OPT0_ID, 4},
-      {F_OPT0_VAL, 2},
-      {F_OPT1_ID, 7},
-      {F_OPT1_VAL, 3},
-      {F_OPT2_ID, 6},
-      {F_OPT2_VAL, 4},
+     {FZ_DIMS(229, 235, 5, 6),
+      FZ_OPTION(F_OPT0_ID, 4, 2),
+      FZ_OPTION(F_OPT1_ID, 7, 3),
+      FZ_OPTION(F_OPT2_ID, 6, 4),
       {F_SEED0 + 1, 3},
       {-1, 0}}},
     {"decode_gqa_chunks",
@@ -1497,10 +1474,8 @@ static const fz_seed seeds[] = {
       {F_TQ, 0},
       {F_TK, 239},
       {F_DK, 7},
-      {F_OPT0_ID, 4},
-      {F_OPT0_VAL, 3},
-      {F_OPT1_ID, 7},
-      {F_OPT1_VAL, 6},
+      FZ_OPTION(F_OPT0_ID, 4, 3),
+      FZ_OPTION(F_OPT1_ID, 7, 6),
       {F_LSE, 1},
       {-1, 0}}},
     {"mask_broadcast_keys",
@@ -1511,8 +1486,7 @@ static const fz_seed seeds[] = {
       {F_TK, 10},
       {F_DK, 2},
       {F_WEIGHTS, 1},
-      {F_OPT0_ID, 1},
-      {F_OPT0_VAL, 1},
+      FZ_OPTION(F_OPT0_ID, 1, 1),
       {-1, 0}}},
     {"mask_allows_gaps_bias_ninf",
      {{F_MASK, 1 | 0x40},
@@ -1531,12 +1505,8 @@ static const fz_seed seeds[] = {
       {F_KV0, 0},
       {F_KV1, 1},
       {F_KV2, 2 | (5 << 3)},
-      {F_TQ, 4},
-      {F_TK, 8},
-      {F_DK, 3},
-      {F_DV, 2},
-      {F_OPT0_ID, 1},
-      {F_OPT0_VAL, 1},
+      FZ_DIMS(4, 8, 3, 2),
+      FZ_OPTION(F_OPT0_ID, 1, 1),
       {F_WEIGHTS, 1},
       {-1, 0}}},
     {"causal_bottom_right_bthd_pad",
@@ -1556,8 +1526,7 @@ static const fz_seed seeds[] = {
       {F_SOFTCAP, 9},
       {F_SCALE, 6},
       {F_SCALE_FRAC, 100},
-      {F_OPT0_ID, 2},
-      {F_OPT0_VAL, 2},
+      FZ_OPTION(F_OPT0_ID, 2, 2),
       {F_SECOND, 1},
       {F_TQ, 20},
       {F_DK, 4},
@@ -1581,16 +1550,14 @@ static const fz_seed seeds[] = {
       {F_BIAS_NINF, 2 | (2 << 2)},
       {F_TK, 10},
       {F_TQ, 7},
-      {F_OPT0_ID, 1},
-      {F_OPT0_VAL, 1},
+      FZ_OPTION(F_OPT0_ID, 1, 1),
       {F_LSE, 1},
       {-1, 0}}},
     {"empty_row_error", {{F_MASK, 1}, {F_MASK_DENS, 5}, {-1, 0}}},
     {"empty_row_zero",
      {{F_MASK, 1},
       {F_MASK_DENS, 3},
-      {F_OPT0_ID, 1},
-      {F_OPT0_VAL, 1},
+      FZ_OPTION(F_OPT0_ID, 1, 1),
       {F_WEIGHTS, 1},
       {F_LSE, 1},
       {-1, 0}}},
@@ -1615,15 +1582,12 @@ static const fz_seed seeds[] = {
     {"output_aliases_input", {{F_BAD_KIND, 15}, {F_BAD_TENSOR, 0}, {-1, 0}}},
     {"struct_tail_and_options",
      {{F_STRUCT, 30},
-      {F_OPT0_ID, 8},
-      {F_OPT0_VAL, 1},
-      {F_OPT1_ID, 2},
-      {F_OPT1_VAL, 6},
-      {F_OPT2_ID, 3},
-      {F_OPT2_VAL, 7},
+      FZ_OPTION(F_OPT0_ID, 8, 1),
+      FZ_OPTION(F_OPT1_ID, 2, 6),
+      FZ_OPTION(F_OPT2_ID, 3, 7),
       {-1, 0}}},
     {"forced_path_with_weights",
-     {{F_WEIGHTS, 1}, {F_OPT0_ID, 4}, {F_OPT0_VAL, 2}, {-1, 0}}},
+     {{F_WEIGHTS, 1}, FZ_OPTION(F_OPT0_ID, 4, 2), {-1, 0}}},
     {"oom_injection", {{F_OOM, 15}, {F_TQ, 9}, {-1, 0}}},
     {"huge_tk_workspace",
      {{F_MODE, 7},
@@ -1671,8 +1635,7 @@ static const fz_seed seeds[] = {
       {F_LSE, 1},
       {F_MAXW, 1},
       {F_ENTROPY, 1},
-      {F_OPT0_ID, 4},
-      {F_OPT0_VAL, 2},
+      FZ_OPTION(F_OPT0_ID, 4, 2),
       {F_TK, 10},
       {-1, 0}}},
     {"logits_scaled_softcap_f64",
@@ -1689,8 +1652,7 @@ static const fz_seed seeds[] = {
       {F_SINKS, 6},
       {F_TQ, 0},
       {F_TK, 237},
-      {F_OPT0_ID, 4},
-      {F_OPT0_VAL, 3},
+      FZ_OPTION(F_OPT0_ID, 4, 3),
       {F_MAXW, 1},
       {F_ENTROPY, 1},
       {F_LSE, 1},
@@ -1722,5 +1684,5 @@ static void reset(void)
     g_c.huge = (fld(F_MODE) & 7) == 7;
 }
 
-FZ_TARGET("fuzz_forward", "FORWARD", F_SEED0, F_MODE, reset, run_small,
-          run_huge);
+FZ_TARGET("fuzz_forward", "FORWARD", "valid_default", F_SEED0, F_MODE, reset,
+          run_small, run_huge);

@@ -144,8 +144,29 @@ static void check_heads(fz_layer_call *c)
         *e |= FZ_BIT(SDPA_ERR_SHAPE_MISMATCH);
 }
 
-void fz_layer_decode(fz_layer_call *c, int backward)
+int fz_layer_call_forward(sdpa_ctx *ctx, const void *args)
 {
+    return sdpa_mha_forward(ctx, args);
+}
+
+int fz_layer_call_backward(sdpa_ctx *ctx, const void *args)
+{
+    return sdpa_mha_backward(ctx, args);
+}
+
+void fz_layer_end(sdpa_ctx *ctx, struct fz_layer_ref *r)
+{
+    if (r)
+        fz_layer_ref_free(r);
+    fz_ctx_end(ctx);
+}
+
+/* The input's call (its views point into it). */
+static fz_layer_call g_call;
+
+fz_layer_call *fz_layer_decode(int backward)
+{
+    fz_layer_call *c = &g_call;
     memset(c, 0, sizeof *c);
     c->backward = backward;
     c->dt = fz_decode_dtype(fz(L_DTYPE), fz(L_DTYPE_RAW));
@@ -549,6 +570,7 @@ void fz_layer_decode(fz_layer_call *c, int backward)
     }
     *e |= fz_pack_struct(fz(L_STRUCT), a, sizeof *a, MHA_ARGS_V1, NULL, 0,
                          c->box.bytes, sizeof c->box.bytes, &seen);
+    return c;
 }
 
 int fz_layer_expect_values(const fz_layer_call *c, const fz_layer_ref *r,

@@ -58,6 +58,14 @@ enum fz_layer_field {
     L_COUNT = L_SEED0 + 8
 };
 
+/* The problem of both layer targets' cross-attention seeds: float64, Tk
+ * from 3, d_model from 7, Hq from 3 and Hkv from 2 (grouped-query). */
+/* (clang-format would break the last pair up as a block.) */
+/* clang-format off */
+#define FZ_LAYER_CROSS_GQA_F64                                                 \
+    {L_DTYPE, 9}, {L_SELF, 0}, {L_TK, 3}, {L_E, 7}, {L_HQ, 3}, {L_HKV, 2}
+/* clang-format on */
+
 /* The attention outputs a layer call may request through attn. */
 enum { A_WEIGHTS, A_LSE, A_MAXW, A_ENT, A_COUNT };
 
@@ -93,9 +101,13 @@ typedef struct fz_layer_call {
     int special; /* a NaN somewhere: OK or NONFINITE, no comparison */
 } fz_layer_call;
 
-/* Decodes the layer call of the current input (fields L_*), registers its
- * buffers, draws the values (valid calls) and packs the args. */
-void fz_layer_decode(fz_layer_call *c, int backward);
+/* Decodes the layer call of the current input (fields L_*) into the
+ * input's one fz_layer_call, which it returns: registers its buffers,
+ * draws the values (valid calls) and packs the args. */
+fz_layer_call *fz_layer_decode(int backward);
+/* sdpa_mha_forward and sdpa_mha_backward as fz_call_fn (fz_second_call). */
+int fz_layer_call_forward(sdpa_ctx *ctx, const void *args);
+int fz_layer_call_backward(sdpa_ctx *ctx, const void *args);
 /* The call's positions of token t of item b (pos array, or offset + t). */
 int64_t fz_layer_pos(const fz_layer_call *c, int kv, int64_t b, int64_t t);
 void fz_layer_describe(const fz_layer_call *c);
@@ -111,6 +123,9 @@ int fz_layer_expect_values(const fz_layer_call *c, const struct fz_layer_ref *r,
  * its scratch before the attention validates its options and rows. */
 int fz_layer_oom(const fz_layer_call *c, int have_ref, fz_sset errs_all,
                  fz_sset *expect);
+/* The end of an input: frees the reference r (NULL: none) and ends ctx
+ * (fz_ctx_end). */
+void fz_layer_end(sdpa_ctx *ctx, struct fz_layer_ref *r);
 
 /* ------------------------------------------------------------------------ */
 /* The reference (fuzz_layer_ref.c).                                         */

@@ -936,15 +936,13 @@ static void run_huge(void)
 }
 
 static const fz_seed seeds[] = {
-    {"direct_default", {{-1, 0}}},
     {"direct_three_parts_lse",
      {{F_PARTS, 2}, {F_T, 3}, {F_DV, 3}, {F_NEG_LSE, 1}, {-1, 0}}},
     {"direct_all_empty_zero",
      {{F_PARTS, 1},
       {F_NEG_LSE, 3},
       {F_T, 2},
-      {F_OPT0_ID, 1},
-      {F_OPT0_ID + 1, 1},
+      FZ_OPTION(F_OPT0_ID, 1, 1),
       {-1, 0}}},
     {"direct_empty_error", {{F_PARTS, 1}, {F_NEG_LSE, 3}, {-1, 0}}},
     {"direct_single_finite_copy",
@@ -1008,4 +1006,5 @@ static void reset(void)
     memset(&g, 0, sizeof g);
 }
 
-FZ_TARGET("fuzz_merge", "MERGE", F_SEED0, F_MODE, reset, run, run_huge);
+FZ_TARGET("fuzz_merge", "MERGE", "direct_default", F_SEED0, F_MODE, reset, run,
+          run_huge);

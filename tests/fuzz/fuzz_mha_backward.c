@@ -44,17 +44,9 @@ enum field {
 
 enum { MHA_BACKWARD_ARGS_V1 = 296 };
 
-static fz_layer_call g;
-
-static int call_mha_backward(sdpa_ctx *ctx, const void *args)
-{
-    return sdpa_mha_backward(ctx, args);
-}
-
 static void run(void)
 {
-    fz_layer_call *c = &g;
-    fz_layer_decode(c, 1);
+    fz_layer_call *c = fz_layer_decode(1);
     const size_t es = fz_esize(c->dt.compute);
     fz_sset errs = c->errs, amb = c->amb;
     sdpa_mha_backward_args b = SDPA_MHA_BACKWARD_ARGS_INIT;
@@ -250,22 +242,14 @@ static void run(void)
         }
     }
     if (st == SDPA_OK && !c->null_ctx && !oom)
-        fz_second_call(ctx, fz(L_SECOND), st, call_mha_backward, call,
+        fz_second_call(ctx, fz(L_SECOND), st, fz_layer_call_backward, call,
                        "gradients");
-    if (have_ref)
-        fz_layer_ref_free(&r);
-    fz_ctx_end(ctx);
+    fz_layer_end(ctx, have_ref ? &r : NULL);
 }
 
 static const fz_seed seeds[] = {
-    {"self_all_gradients", {{-1, 0}}},
     {"cross_gqa_rope_f64",
-     {{L_DTYPE, 9},
-      {L_SELF, 0},
-      {L_TK, 3},
-      {L_E, 7},
-      {L_HQ, 3},
-      {L_HKV, 2},
+     {FZ_LAYER_CROSS_GQA_F64,
       {L_DK, 8 | 1},
       {L_POS, 4},
       {L_BIASES, 15},
@@ -280,8 +264,7 @@ static const fz_seed seeds[] = {
       {F_DY_LAYOUT, 1 | (2 << 2)},
       {F_GRADS, 0xDA}, /* only dx_q, dw_q, dw_o */
       {F_GRADS2, 3},
-      {L_OPT0, 1},
-      {L_OPT0 + 1, 1},
+      FZ_OPTION(L_OPT0, 1, 1),
       {-1, 0}}},
     {"interleaved_offset_threads",
      {{L_POS, 5},
@@ -290,8 +273,7 @@ static const fz_seed seeds[] = {
       {L_HQ, 1},
       {L_DK, 8 | 1},
       {F_GRADS, 0xC0},
-      {L_OPT0, 2},
-      {L_OPT0 + 1, 2},
+      FZ_OPTION(L_OPT0, 2, 2),
       {L_SECOND, 1},
       {-1, 0}}},
     {"no_outputs", {{L_TQ, 2}, {F_GRADS, 0xFF}, {F_GRADS2, 3}, {-1, 0}}},
@@ -310,4 +292,5 @@ static const fz_seed seeds[] = {
     {"oom", {{L_OOM, 15}, {-1, 0}}},
 };
 
-FZ_TARGET("fuzz_mha_backward", "MHA_BACKWARD", L_SEED0, 0, NULL, run, NULL);
+FZ_TARGET("fuzz_mha_backward", "MHA_BACKWARD", "self_all_gradients", L_SEED0, 0,
+          NULL, run, NULL);

@@ -34,17 +34,9 @@
 
 #include "fuzz_layer.h"
 
-static fz_layer_call g;
-
-static int call_mha_forward(sdpa_ctx *ctx, const void *args)
-{
-    return sdpa_mha_forward(ctx, args);
-}
-
 static void run(void)
 {
-    fz_layer_call *c = &g;
-    fz_layer_decode(c, 0);
+    fz_layer_call *c = fz_layer_decode(0);
     sdpa_ctx *ctx = fz_ctx_new();
     fz_apply_options(ctx, L_OPT0);
     fz_layer_describe(c);
@@ -120,26 +112,14 @@ static void run(void)
      * (allocates nothing) */
     if (st == SDPA_OK && !c->null_ctx && !oom &&
         c->box.a.y.data != c->x_q.t.data)
-        fz_second_call(ctx, fz(L_SECOND), st, call_mha_forward, call,
+        fz_second_call(ctx, fz(L_SECOND), st, fz_layer_call_forward, call,
                        "outputs");
-    if (have_ref)
-        fz_layer_ref_free(&r);
-    fz_ctx_end(ctx);
+    fz_layer_end(ctx, have_ref ? &r : NULL);
 }
 
 static const fz_seed seeds[] = {
-    {"self_default", {{-1, 0}}},
     {"cross_gqa_biases_f64",
-     {{L_DTYPE, 9},
-      {L_SELF, 0},
-      {L_TK, 3},
-      {L_E, 7},
-      {L_HQ, 3},
-      {L_HKV, 2},
-      {L_DK, 2},
-      {L_DV, 3},
-      {L_BIASES, 15},
-      {-1, 0}}},
+     {FZ_LAYER_CROSS_GQA_F64, {L_DK, 2}, {L_DV, 3}, {L_BIASES, 15}, {-1, 0}}},
     {"rope_half_positions",
      {{L_SELF, 1},
       {L_POS, 4},
@@ -168,8 +148,7 @@ static const fz_seed seeds[] = {
       {L_ATTN_OUT, 15},
       {L_TQ, 3},
       {L_E, 3},
-      {L_OPT0, 1},
-      {L_OPT0 + 1, 1},
+      FZ_OPTION(L_OPT0, 1, 1),
       {-1, 0}}},
     {"attn_window_bias_alibi_sinks_softcap",
      {{L_ATTN, 1},
@@ -183,7 +162,7 @@ static const fz_seed seeds[] = {
       {L_E, 3},
       {-1, 0}}},
     {"in_place_threads",
-     {{L_LAYOUT, 0x40}, {L_OPT0, 2}, {L_OPT0 + 1, 2}, {L_TQ, 3}, {-1, 0}}},
+     {{L_LAYOUT, 0x40}, FZ_OPTION(L_OPT0, 2, 2), {L_TQ, 3}, {-1, 0}}},
     {"repeat_no_allocation", {{L_SECOND, 2}, {L_TQ, 2}, {L_E, 3}, {-1, 0}}},
     {"null_weight", {{L_BAD_KIND, 12}, {L_BAD_VAL, 5}, {-1, 0}}},
     {"bad_heads", {{L_BAD_KIND, 15}, {L_BAD_VAL, 0}, {-1, 0}}},
@@ -191,11 +170,12 @@ static const fz_seed seeds[] = {
     {"attn_gives_q", {{L_ATTN, 1}, {L_BAD_KIND, 16}, {L_BAD_VAL, 0}, {-1, 0}}},
     {"positions_none_with_base", {{L_POS_BASE, 4}, {-1, 0}}},
     {"forced_tiled_with_weights",
-     {{L_ATTN, 1}, {L_ATTN_OUT, 1}, {L_OPT0, 4}, {L_OPT0 + 1, 2}, {-1, 0}}},
+     {{L_ATTN, 1}, {L_ATTN_OUT, 1}, FZ_OPTION(L_OPT0, 4, 2), {-1, 0}}},
     {"struct_tail", {{L_STRUCT, 30}, {-1, 0}}},
     {"oom", {{L_OOM, 15}, {L_TQ, 3}, {-1, 0}}},
     {"nan_weight", {{L_SPECIAL, 7 | (1 << 4)}, {-1, 0}}},
     {"huge_x_q", {{L_BAD_KIND, 18}, {L_BAD_VAL, 1}, {-1, 0}}},
 };
 
-FZ_TARGET("fuzz_mha_forward", "MHA_FORWARD", L_SEED0, 0, NULL, run, NULL);
+FZ_TARGET("fuzz_mha_forward", "MHA_FORWARD", "self_default", L_SEED0, 0, NULL,
+          run, NULL);

@@ -483,7 +483,6 @@ static void run_alibi(void)
 }
 
 static const fz_seed seeds[] = {
-    {"rope_half_default", {{-1, 0}}},
     {"rope_interleaved_positions_f64",
      {{F_STYLE, 4},
       {F_DTYPE, 9},
@@ -543,4 +542,5 @@ static void run_one(void)
     }
 }
 
-FZ_TARGET("fuzz_positions", "POSITIONS", F_SEED0, 0, NULL, run_one, NULL);
+FZ_TARGET("fuzz_positions", "POSITIONS", "rope_half_default", F_SEED0, 0, NULL,
+          run_one, NULL);

@@ -3,6 +3,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,31 @@ void fz_ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
     *entropy = e;
 }
 
+/* Key j of a per-key output (weights, logits) against the reference's keys
+ * of its row: exactly `forbidden` where the key is not allowed, within
+ * tol of the reference elsewhere (check_vals). Returns the value. */
+static double check_key(const char *name, const char *stage,
+                        const sdpa_tensor *x, size_t es,
+                        const long double *ref_keys, int allowed,
+                        double forbidden, double tol, int check_vals, int64_t b,
+                        int64_t h, int64_t i, int64_t j)
+{
+    double got = fz_get_raw(x->data, es, fz_off4(x, b, h, i, j));
+    double ref = (double)ref_keys[j];
+    if (!allowed)
+        CHECK(got == forbidden,
+              "forbidden %s[%lld,%lld,%lld,%lld] = %g, not %g", name,
+              (long long)b, (long long)h, (long long)i, (long long)j, got,
+              forbidden);
+    else if (check_vals)
+        CHECK(fabs(got - ref) <= tol,
+              "%ss[%lld,%lld,%lld,%lld] = %.10g%s, reference %.10g, "
+              "tolerance %.3g",
+              name, (long long)b, (long long)h, (long long)i, (long long)j, got,
+              stage, ref, tol);
+    return got;
+}
+
 void fz_check_attention(const ref_result *r, const test_tol *t,
                         const fz_att_views *v, int check_vals, int check_out)
 {
@@ -39,6 +65,8 @@ void fz_check_attention(const ref_result *r, const test_tol *t,
     const size_t es = v->es;
     const double *sinks = v->sinks;
     const int64_t Tk = r->tk, Dv = r->dv;
+    char stage[32];
+    snprintf(stage, sizeof stage, " (stage %d)", v->stage);
     for (int64_t b = 0; b < r->n; b++)
         for (int64_t h = 0; h < r->hq; h++)
             for (int64_t i = 0; i < r->tq; i++) {
@@ -65,44 +93,18 @@ void fz_check_attention(const ref_result *r, const test_tol *t,
                 }
                 double wsum = 0, wmax = 0, went = 0;
                 for (int64_t j = 0; W && j < Tk; j++) {
-                    double got =
-                        fz_get_raw(W->data, es, fz_off4(W, b, h, i, j));
-                    double ref =
-                        (double)r->weights[row * (size_t)Tk + (size_t)j];
+                    double got = check_key("weight", "", W, es,
+                                           r->weights + row * (size_t)Tk, ok[j],
+                                           0.0, t->w, check_vals, b, h, i, j);
                     wsum += got;
                     wmax = got > wmax ? got : wmax;
                     if (got > 0)
                         went -= got * log(got);
-                    if (!ok[j])
-                        CHECK(got == 0.0,
-                              "forbidden weight[%lld,%lld,%lld,%lld] = %g",
-                              (long long)b, (long long)h, (long long)i,
-                              (long long)j, got);
-                    else if (check_vals)
-                        CHECK(fabs(got - ref) <= t->w,
-                              "weights[%lld,%lld,%lld,%lld] = %.10g, "
-                              "reference %.10g, tolerance %.3g",
-                              (long long)b, (long long)h, (long long)i,
-                              (long long)j, got, ref, t->w);
                 }
-                for (int64_t j = 0; LG && j < Tk; j++) {
-                    double got =
-                        fz_get_raw(LG->data, es, fz_off4(LG, b, h, i, j));
-                    double ref =
-                        (double)r->logits[row * (size_t)Tk + (size_t)j];
-                    if (!ok[j])
-                        CHECK(got == -INFINITY,
-                              "forbidden logit[%lld,%lld,%lld,%lld] = %g, "
-                              "not -inf",
-                              (long long)b, (long long)h, (long long)i,
-                              (long long)j, got);
-                    else if (check_vals)
-                        CHECK(fabs(got - ref) <= t->logit,
-                              "logits[%lld,%lld,%lld,%lld] = %.10g (stage "
-                              "%d), reference %.10g, tolerance %.3g",
-                              (long long)b, (long long)h, (long long)i,
-                              (long long)j, got, v->stage, ref, t->logit);
-                }
+                for (int64_t j = 0; LG && j < Tk; j++)
+                    check_key("logit", stage, LG, es,
+                              r->logits + row * (size_t)Tk, ok[j], -INFINITY,
+                              t->logit, check_vals, b, h, i, j);
                 double lse = 0;
                 if (S) {
                     lse = fz_get_raw(S->data, es, fz_off4(S, b, h, i, 0));
