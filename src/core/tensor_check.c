@@ -11,8 +11,6 @@
 
 enum { N_DIM, H_DIM, T_DIM, D_DIM };
 
-static const sdpa_wording forward_words = {{"N", "H", "T", "D"}, false, false};
-
 int sdpa_check_present(sdpa_ctx *ctx, const char *who,
                        const sdpa_tensor_rule *r)
 {
@@ -23,14 +21,16 @@ int sdpa_check_present(sdpa_ctx *ctx, const char *who,
 }
 
 static int check_shape(sdpa_ctx *ctx, const char *who,
-                       const sdpa_tensor_rule *r, const sdpa_wording *w)
+                       const sdpa_tensor_rule *r)
 {
+    const char *const dims[4] = {"N", "H", "T",
+                                 r->last_dim ? r->last_dim : "D"};
     for (int d = 0; d < 4; d++) {
         int64_t got = r->tensor->shape[d];
         if (got <= 0)
             return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
                              "%s: %s.shape[%d] (%s) is %lld, must be positive",
-                             who, r->name, d, w->dims[d], (long long)got);
+                             who, r->name, d, dims[d], (long long)got);
     }
     for (int d = 0; d < 4; d++) {
         int64_t got = r->tensor->shape[d];
@@ -40,7 +40,7 @@ static int check_shape(sdpa_ctx *ctx, const char *who,
         if (!want->source)
             return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
                              "%s: %s.shape[%d] (%s) is %lld, must be %lld", who,
-                             r->name, d, w->dims[d], (long long)got,
+                             r->name, d, dims[d], (long long)got,
                              (long long)want->value);
         return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
                          "%s: %s.shape[%d] is %lld, but %s is %lld: they must "
@@ -94,8 +94,7 @@ bool sdpa_overlaps_itself(const int64_t shape[4], const int64_t stride[4])
 /* The layout rules of a tensor whose shape is checked: sets stride (the
  * view's: extent-1 dimensions 0, and stride[3] with inner_unused). */
 static int check_layout(sdpa_ctx *ctx, const char *who,
-                        const sdpa_tensor_rule *r, const sdpa_wording *w,
-                        int64_t stride[4])
+                        const sdpa_tensor_rule *r, int64_t stride[4])
 {
     const sdpa_tensor *t = r->tensor;
     for (int d = 0; d < 4; d++) {
@@ -123,23 +122,18 @@ static int check_layout(sdpa_ctx *ctx, const char *who,
         return sdpa_fail(
             ctx, SDPA_ERR_BAD_STRIDE,
             "%s: output %s has strides {%lld, %lld, %lld, %lld}: "
-            "sorted, each must step past all the smaller ones "
-            "cover%s",
+            "sorted, each must step past all the smaller ones cover (the "
+            "layouts libsdpa can prove write no element twice)",
             who, r->name, (long long)t->stride[0], (long long)t->stride[1],
-            (long long)t->stride[2], (long long)t->stride[3],
-            w->short_overlap ? ""
-                             : " (the layouts libsdpa can prove write no "
-                               "element twice)");
+            (long long)t->stride[2], (long long)t->stride[3]);
     return SDPA_OK;
 }
 
 /* The bytes of a tensor of these view strides, within the address space
- * and, for BLAS rows, BLAS's int. (With joint_overflow only the row stride
- * is named: that wording is sdpa_backward's, whose BLAS rows have the
- * extents of q's, already within it.) */
+ * and, for BLAS rows, BLAS's int. */
 static int check_extent(sdpa_ctx *ctx, const char *who,
-                        const sdpa_tensor_rule *r, const sdpa_wording *w,
-                        const int64_t stride[4], size_t *bytes)
+                        const sdpa_tensor_rule *r, const int64_t stride[4],
+                        size_t *bytes)
 {
     const sdpa_tensor *t = r->tensor;
     size_t span;
@@ -149,10 +143,6 @@ static int check_extent(sdpa_ctx *ctx, const char *who,
     bool blas = r->rows_for_blas &&
                 (t->shape[T_DIM] > INT_MAX || t->shape[D_DIM] > INT_MAX ||
                  stride[T_DIM] > INT_MAX);
-    if (w->joint_overflow && (beyond || blas))
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "%s: the extent or row stride of %s overflows", who,
-                         r->name);
     if (beyond)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
                          "%s: the extent of %s overflows the address space",
@@ -168,15 +158,14 @@ static int check_extent(sdpa_ctx *ctx, const char *who,
 int sdpa_check_tensor(sdpa_ctx *ctx, const char *who, const sdpa_tensor_rule *r,
                       sdpa_byte_range *range)
 {
-    const sdpa_wording *w = r->words ? r->words : &forward_words;
     const sdpa_tensor *t = r->tensor;
     int64_t stride[4];
     size_t bytes = 0;
-    int status = check_shape(ctx, who, r, w);
+    int status = check_shape(ctx, who, r);
     if (status == SDPA_OK)
-        status = check_layout(ctx, who, r, w, stride);
+        status = check_layout(ctx, who, r, stride);
     if (status == SDPA_OK)
-        status = check_extent(ctx, who, r, w, stride, &bytes);
+        status = check_extent(ctx, who, r, stride, &bytes);
     *range = (sdpa_byte_range){r->name, r->is_output, (uintptr_t)t->data,
                                (uintptr_t)t->data + bytes};
     if (status != SDPA_OK)

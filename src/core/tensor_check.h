@@ -19,16 +19,6 @@ typedef struct sdpa_extent {
     const char *source;
 } sdpa_extent;
 
-/* Where the messages of a call have always been worded otherwise than
- * sdpa_forward's (a rule without one has sdpa_forward's). */
-typedef struct sdpa_wording {
-    const char *dims[4]; /* the dimensions' names: N, H, T, D */
-    bool short_overlap;  /* an output that writes an element twice: without
-                            "(the layouts libsdpa can prove ...)" */
-    bool joint_overflow; /* an extent beyond the address space and a row
-                            stride beyond BLAS's int: one message */
-} sdpa_wording;
-
 /* How one tensor argument is checked. */
 typedef struct sdpa_tensor_rule {
     const char *name;
@@ -42,8 +32,8 @@ typedef struct sdpa_tensor_rule {
                            operand: rows are gathered) */
     bool inner_unused;  /* one value per row: stride[3] ignored */
     size_t elem_size;
-    sdpa_extent expect[4];     /* exact extents; broadcastable dims may be 1 */
-    const sdpa_wording *words; /* NULL: sdpa_forward's */
+    sdpa_extent expect[4]; /* exact extents; broadcastable dims may be 1 */
+    const char *last_dim;  /* dimension 3's name in messages; NULL: "D" */
 } sdpa_tensor_rule;
 
 /* A byte range [begin, end) of an argument, for the overlap rules. */

@@ -27,9 +27,6 @@ _Static_assert(sizeof(sdpa_merge_args) >= SDPA_MERGE_ARGS_SIZE_V1,
 #define SDPA_TEMPLATE "merge/merge_impl.h"
 #include "core/instantiate.h"
 
-/* Its messages as sdpa_merge has always worded them. */
-static const sdpa_wording merge_words = {{"N", "H", "T", "Dv"}, true, false};
-
 /* A checked tensor argument: its label for messages and its bytes. */
 typedef struct merge_view {
     char label[40];
@@ -54,7 +51,7 @@ static int merge_check_view(sdpa_ctx *ctx, merge_view *v, const int64_t want[4],
                    {want[2], source},
                    {want[3],
                     is_lse ? "its extent (one value per row)" : source}},
-        .words = &merge_words};
+        .last_dim = "Dv"};
     return sdpa_check_tensor(ctx, WHO, &rule, &v->range);
 }
 
