@@ -118,12 +118,22 @@ enum {
                                        value, or set without the logits
                                        tensor (or the tensor without it) */
     /* 1.1 */
-    SDPA_ERR_BAD_PAGE = 26,    /* paged K/V: a block_table entry outside
-                                  the pool, pages_per_seq or
-                                  block_table_stride out of range, or set
-                                  without block_table */
-    SDPA_ERR_PARALLEL_FOR = 27 /* the caller's parallel-for broke its
-                                  contract (during compute) */
+    SDPA_ERR_BAD_PAGE = 26,     /* paged K/V: a block_table entry outside
+                                   the pool, pages_per_seq or
+                                   block_table_stride out of range, or set
+                                   without block_table */
+    SDPA_ERR_PARALLEL_FOR = 27, /* the caller's parallel-for broke its
+                                   contract (during compute) */
+    /* 1.2: ragged batches (seqs, q_offsets, kv_offsets) */
+    SDPA_ERR_BAD_RAGGED = 28,    /* the ragged fields disagree (seqs without
+                                    q_offsets or the reverse, seqs < 0,
+                                    packed tensors whose N is not 1) or
+                                    meet an argument a ragged call does
+                                    not take */
+    SDPA_ERR_OFFSETS_START = 29, /* q_offsets[0] or kv_offsets[0] is not 0 */
+    SDPA_ERR_OFFSETS_ORDER = 30, /* an offset is below the one before it */
+    SDPA_ERR_OFFSETS_END = 31    /* the last offset (entry seqs) is not the
+                                    packed tensor's T extent */
 };
 
 /* A short fixed description of a status code: "success" for SDPA_OK, a
@@ -392,7 +402,33 @@ typedef struct sdpa_tensor {
  *            [.., Tk]); only the pages that hold the item's valid keys
  *            (kv_lens[b], else Tk) are read, and their numbers must lie in
  *            [0, P) (SDPA_ERR_BAD_PAGE); the others may hold anything
- *            (-1 for unused slots is fine). */
+ *            (-1 for unused slots is fine).
+ *
+ * Ragged batches (1.2; struct_size 936): seqs sequences of their own
+ * lengths in one call, in FlashAttention's varlen convention
+ * (docs/RAGGED.md maps FlashAttention's, FlashInfer's and vLLM's
+ * arguments). q_offsets holds seqs + 1 non-decreasing values from 0 to
+ * total_q: sequence b owns the packed query rows [q_offsets[b],
+ * q_offsets[b + 1]) of q, out, lse, max_weight and entropy, which are
+ * [1, Hq, total_q, .] views with any strides ([total_q, Hq, D] memory is
+ * sdpa_tensor_bthd(data, 1, Hq, total_q, D)); its Tq_b may be 0 (nothing
+ * is read or written for it). Its keys, one of three ways:
+ *   packed   with kv_offsets (the same rules, to total_k): k and v are
+ *            [1, Hkv, total_k, D] and the sequence's keys are their rows
+ *            [kv_offsets[b], kv_offsets[b + 1]), Tk_b of them (may be 0);
+ *   batched  without: k and v are [seqs, Hkv, Tk, D] (or [1, ...] shared
+ *            by every sequence) and sequence b reads item b; Tk_b = Tk;
+ *   paged    with block_table: row b of the table, as for batch item b.
+ * kv_lens (optional, seqs values) gives each sequence's valid keys L_b in
+ * [0, Tk_b]. Every rule above applies to each sequence with its own
+ * Tq_b, Tk_b and L_b (the bottom-right diagonal, windows, ALiBi): its
+ * results are bitwise those of a call on its own views alone (N = 1,
+ * q_offsets NULL) on the same context, each sequence on the path such a
+ * call takes (few query rows per KV head: decode, else tiled), all of
+ * them in one parallel run whose items are spread over the workers.
+ * mask, bias, weights and logits are refused (SDPA_ERR_BAD_RAGGED), so
+ * is kv_offsets with block_table. A message about a sequence names it
+ * ("sequence 3") and its rows relative to it. */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
     int dtype;              /* SDPA_FLOAT32 or SDPA_FLOAT64 */
@@ -424,6 +460,14 @@ typedef struct sdpa_forward_args {
     int64_t pages_per_seq;      /* with block_table: its columns */
     int64_t block_table_stride; /* with block_table: entries from one row to
                                    the next; 0 = pages_per_seq */
+    /* 1.2, ragged batches (see above) */
+    int64_t seqs;              /* ragged: the sequence count; 0 = a
+                                  rectangular batch */
+    const int64_t *q_offsets;  /* ragged: seqs + 1 offsets of the sequences'
+                                  query rows (cu_seqlens_q) */
+    const int64_t *kv_offsets; /* ragged, optional: seqs + 1 offsets of
+                                  their keys in packed k and v
+                                  (cu_seqlens_k) */
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif
@@ -657,6 +701,11 @@ typedef struct sdpa_backward_args {
     const double *alibi_slopes;
     const double *sinks;
     double *dsinks; /* optional output, Hq values */
+    /* 1.2: a ragged batch, as in sdpa_forward_args (packed or batched
+     * k and v; dq, dk, dv, dout sliced like q, k, v) */
+    int64_t seqs;
+    const int64_t *q_offsets;
+    const int64_t *kv_offsets;
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif

@@ -11,6 +11,8 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/forward/validate.c
     ${CMAKE_CURRENT_LIST_DIR}/forward/plan.c
     ${CMAKE_CURRENT_LIST_DIR}/forward/live_keys.c
+    ${CMAKE_CURRENT_LIST_DIR}/forward/ragged.c
+    ${CMAKE_CURRENT_LIST_DIR}/forward/ragged_forward.c
     # paths: the work items a plan runs
     ${CMAKE_CURRENT_LIST_DIR}/paths/path_materialised.c
     ${CMAKE_CURRENT_LIST_DIR}/paths/path_tiled.c

@@ -22,6 +22,14 @@ static inline bool sdpa_add_size(size_t a, size_t b, size_t *r)
     *r = a + b;
     return true;
 }
+/* a rounded up to a multiple of align (a power of two) */
+static inline bool sdpa_round_up_size(size_t a, size_t align, size_t *r)
+{
+    if (a > SIZE_MAX - (align - 1))
+        return false;
+    *r = (a + align - 1) & ~(align - 1);
+    return true;
+}
 
 /* Lays out `count` regions of counts[i] elements of sizes[i] bytes one
  * after the other, each at a multiple of `align`, from offset 0: sets

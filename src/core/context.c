@@ -104,6 +104,7 @@ void sdpa_ctx_destroy(sdpa_ctx *ctx)
     sdpa_free(ctx, ctx->shared.ptr, ctx->shared.size);
     sdpa_free(ctx, ctx->layer.ptr, ctx->layer.size);
     sdpa_free(ctx, ctx->claims.ptr, ctx->claims.size);
+    sdpa_free(ctx, ctx->parts.ptr, ctx->parts.size);
     sdpa_allocator allocator = ctx->allocator;
     allocator.free(allocator.opaque, ctx, sizeof *ctx);
 }
@@ -145,6 +146,11 @@ int sdpa_layer_reserve(sdpa_ctx *ctx, const char *who, size_t bytes)
 int sdpa_claims_reserve(sdpa_ctx *ctx, const char *who, size_t bytes)
 {
     return grow(ctx, who, &ctx->claims, bytes);
+}
+
+int sdpa_parts_reserve(sdpa_ctx *ctx, const char *who, size_t bytes)
+{
+    return grow(ctx, who, &ctx->parts, bytes);
 }
 
 /* The name of an option id as the header spells it, for messages. */

@@ -33,6 +33,8 @@ struct sdpa_ctx {
     sdpa_buffer layer;  /* sdpa_mha_forward's projections (layer.c) */
     sdpa_buffer claims; /* the caller's parallel-for: one bit per item,
                            set when the item is taken (pool.c) */
+    sdpa_buffer parts;  /* a ragged call's sequences, each with its own
+                           problem and plan (forward/ragged_forward.c) */
     sdpa_pool *pool;
     /* the caller's parallel-for (sdpa_ctx_set_parallel_for), or NULL */
     sdpa_parallel_for_fn parallel_for;
@@ -67,7 +69,8 @@ int sdpa_scratch_reserve(sdpa_ctx *ctx, const char *who, int workers,
 /* Makes ctx->layer at least bytes large (allocating only when it is
  * smaller). */
 int sdpa_layer_reserve(sdpa_ctx *ctx, const char *who, size_t bytes);
-/* Likewise ctx->claims. */
+/* Likewise ctx->claims and ctx->parts. */
 int sdpa_claims_reserve(sdpa_ctx *ctx, const char *who, size_t bytes);
+int sdpa_parts_reserve(sdpa_ctx *ctx, const char *who, size_t bytes);
 
 #endif /* SDPA_CORE_CONTEXT_H */

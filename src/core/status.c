@@ -34,6 +34,11 @@ const char *sdpa_status_string(int status)
         [SDPA_ERR_BAD_PAGE] = "bad paged K/V block table",
         [SDPA_ERR_PARALLEL_FOR] =
             "the caller's parallel-for broke its contract",
+        [SDPA_ERR_BAD_RAGGED] = "bad ragged batch",
+        [SDPA_ERR_OFFSETS_START] = "sequence offsets do not start at 0",
+        [SDPA_ERR_OFFSETS_ORDER] = "sequence offsets decrease",
+        [SDPA_ERR_OFFSETS_END] =
+            "the last sequence offset is not the packed extent",
     };
     if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
         return "unknown status";

@@ -176,3 +176,22 @@ int sdpa_check_tensor(sdpa_ctx *ctx, const char *who, const sdpa_tensor_rule *r,
     }
     return SDPA_OK;
 }
+
+/* Outputs must not meet each other or any input. */
+int sdpa_check_disjoint(sdpa_ctx *ctx, const char *who,
+                        const sdpa_byte_range *ranges, int count)
+{
+    for (int a = 0; a < count; a++)
+        for (int b = a + 1; b < count; b++) {
+            bool a_out = ranges[a].is_output, b_out = ranges[b].is_output;
+            if ((a_out || b_out) && sdpa_ranges_meet(&ranges[a], &ranges[b]))
+                return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
+                                 "%s: output %s overlaps %s %s (the address "
+                                 "ranges from first to last element must be "
+                                 "disjoint, interleaved or not)",
+                                 who, b_out ? ranges[b].name : ranges[a].name,
+                                 a_out && b_out ? "output" : "input",
+                                 b_out ? ranges[a].name : ranges[b].name);
+        }
+    return SDPA_OK;
+}

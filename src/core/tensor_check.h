@@ -67,4 +67,9 @@ int sdpa_check_present(sdpa_ctx *ctx, const char *who,
 int sdpa_check_tensor(sdpa_ctx *ctx, const char *who, const sdpa_tensor_rule *r,
                       sdpa_byte_range *range);
 
+/* Outputs must not meet each other or any input: the first pair of
+ * ranges[0, count) that does is SDPA_ERR_OVERLAP. */
+int sdpa_check_disjoint(sdpa_ctx *ctx, const char *who,
+                        const sdpa_byte_range *ranges, int count);
+
 #endif /* SDPA_CORE_TENSOR_CHECK_H */

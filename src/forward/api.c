@@ -4,17 +4,29 @@
 #include "core/context.h"
 #include "core/checked.h"
 #include "core/problem.h"
+#include "core/struct_import.h"
 #include "forward/validate.h"
 #include "forward/plan.h"
+#include "forward/ragged.h"
+#include "forward/ragged_forward.h"
 #include "runtime/pool.h"
 #include "paths/paths.h"
 
 #define WHO "sdpa_forward"
 
-static int prepare(sdpa_ctx *ctx, const sdpa_forward_args *args,
+/* The caller's struct, read through a zero-filled copy of this library's
+ * size: a 1.0 caller's 624 bytes are all it has. */
+static int import(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                  sdpa_forward_args *known)
+{
+    return sdpa_import_args(ctx, WHO, args, SDPA_ARGS_SIZE_V1, known,
+                            sizeof *known);
+}
+
+static int prepare(sdpa_ctx *ctx, const sdpa_forward_args *known,
                    sdpa_problem *problem, sdpa_plan *plan)
 {
-    int status = sdpa_validate(ctx, args, problem);
+    int status = sdpa_validate_call(ctx, WHO, known, problem);
     if (status != SDPA_OK)
         return status;
     return sdpa_make_plan(ctx, problem, plan);
@@ -45,9 +57,15 @@ static int execute(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan,
 
 int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
 {
+    sdpa_forward_args known;
+    int status = import(ctx, args, &known);
+    if (status != SDPA_OK)
+        return status;
+    if (sdpa_is_ragged(&known))
+        return sdpa_ragged_forward(ctx, &known);
     sdpa_problem problem;
     sdpa_plan plan;
-    int status = prepare(ctx, args, &problem, &plan);
+    status = prepare(ctx, &known, &problem, &plan);
     if (status == SDPA_OK)
         status = sdpa_scratch_reserve(ctx, WHO, plan.reserve_workers,
                                       plan.worker_bytes, plan.shared_bytes);
@@ -67,6 +85,26 @@ int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
     return status;
 }
 
+int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t other,
+                         size_t *bytes)
+{
+    size_t total = ctx->shared.size > plan->shared_bytes ? ctx->shared.size
+                                                         : plan->shared_bytes;
+    bool ok = sdpa_add_size(total, other, &total);
+    for (int i = 0; ok && i < SDPA_MAX_THREADS; i++) {
+        size_t held = ctx->scratch[i].size;
+        size_t need = i < plan->reserve_workers && plan->worker_bytes > held
+                          ? plan->worker_bytes
+                          : held;
+        ok = sdpa_add_size(total, need, &total);
+    }
+    if (!ok)
+        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
+                         "sdpa_forward_workspace: total overflows");
+    *bytes = total;
+    return SDPA_OK;
+}
+
 int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
                            size_t *bytes)
 {
@@ -75,24 +113,18 @@ int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
     if (!bytes)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
                          "sdpa_forward_workspace: bytes is NULL");
+    sdpa_forward_args known;
+    int status = import(ctx, args, &known);
+    if (status != SDPA_OK)
+        return status;
+    if (sdpa_is_ragged(&known))
+        return sdpa_ragged_forward_workspace(ctx, &known, bytes);
     sdpa_problem problem;
     sdpa_plan plan;
-    int status = prepare(ctx, args, &problem, &plan);
+    status = prepare(ctx, &known, &problem, &plan);
     if (status != SDPA_OK)
         return status;
     /* What the context will hold after the call: what it holds now, grown
      * where this call needs more. */
-    size_t total = ctx->shared.size > plan.shared_bytes ? ctx->shared.size
-                                                        : plan.shared_bytes;
-    for (int i = 0; i < SDPA_MAX_THREADS; i++) {
-        size_t held = ctx->scratch[i].size;
-        size_t need = i < plan.reserve_workers && plan.worker_bytes > held
-                          ? plan.worker_bytes
-                          : held;
-        if (!sdpa_add_size(total, need, &total))
-            return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                             "sdpa_forward_workspace: total overflows");
-    }
-    *bytes = total;
-    return SDPA_OK;
+    return sdpa_workspace_total(ctx, &plan, 0, bytes);
 }

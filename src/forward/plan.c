@@ -406,8 +406,10 @@ static void plan_workers(const sdpa_ctx *ctx, const sdpa_problem *p,
     double gemm_mnk, gemv_mn;
     largest_calls(p, plan, &gemm_mnk, &gemv_mn);
     if (blas_parallel && !plan->fused &&
-        (gemm_mnk > SDPA_BLAS_SERIAL_MNK || gemv_mn >= SDPA_BLAS_SERIAL_MN))
+        (gemm_mnk > SDPA_BLAS_SERIAL_MNK || gemv_mn >= SDPA_BLAS_SERIAL_MN)) {
         plan->threads = 1;
+        plan->blas_owns_cores = true;
+    }
 }
 
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *p, sdpa_plan *plan)

@@ -48,6 +48,12 @@ typedef struct sdpa_plan {
     size_t shared_bytes;       /* decode: partial results of every chunk, as
                                   reserved likewise */
     void *shared;              /* set at execution: the shared buffer */
+    /* a ragged call (forward/ragged_forward.c): its sequences' own
+     * problems and plans, whose items this plan's items are */
+    const struct sdpa_part *parts;
+    int64_t part_count;
+    bool blas_owns_cores; /* threads was set to 1 so that the BLAS's
+                             threads run the gemms (plan_workers) */
 } sdpa_plan;
 
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan);

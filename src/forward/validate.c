@@ -4,7 +4,6 @@
  * resolved sdpa_problem (defaults applied, broadcast strides zeroed).
  */
 #include "core/context.h"
-#include "core/struct_import.h"
 #include "core/checked.h"
 #include "core/problem.h"
 #include "forward/validate.h"
@@ -498,25 +497,6 @@ static int check_keys(sdpa_ctx *ctx, const char *who,
     return SDPA_OK;
 }
 
-/* Outputs must not meet each other or any input. */
-static int check_disjoint(sdpa_ctx *ctx, const char *who,
-                          const sdpa_byte_range *ranges, int count)
-{
-    for (int a = 0; a < count; a++)
-        for (int b = a + 1; b < count; b++) {
-            bool a_out = ranges[a].is_output, b_out = ranges[b].is_output;
-            if ((a_out || b_out) && sdpa_ranges_meet(&ranges[a], &ranges[b]))
-                return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
-                                 "%s: output %s overlaps %s %s (the address "
-                                 "ranges from first to last element must be "
-                                 "disjoint, interleaved or not)",
-                                 who, b_out ? ranges[b].name : ranges[a].name,
-                                 a_out && b_out ? "output" : "input",
-                                 b_out ? ranges[a].name : ranges[b].name);
-        }
-    return SDPA_OK;
-}
-
 /* The extents, the scale's default and the per-row outputs into p. */
 static void resolve_sizes(const sdpa_forward_args *args, int64_t tk,
                           sdpa_problem *p)
@@ -537,6 +517,13 @@ static void resolve_sizes(const sdpa_forward_args *args, int64_t tk,
 int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
                        const sdpa_forward_args *args, sdpa_problem *p)
 {
+    /* a ragged call comes here one sequence at a time, its fields 0; an
+     * entry point that takes none must not ignore them */
+    if (args->seqs != 0 || args->q_offsets || args->kv_offsets)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_RAGGED,
+                         "%s: takes rectangular batches only, but seqs, "
+                         "q_offsets or kv_offsets is set",
+                         who);
     int compute = SDPA_FLOAT32;
     int status = check_types(ctx, who, args, &compute);
     if (status == SDPA_OK)
@@ -555,7 +542,7 @@ int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
     if (status == SDPA_OK)
         status = check_keys(ctx, who, args, p, tk, paged, ranges, &count);
     if (status == SDPA_OK)
-        status = check_disjoint(ctx, who, ranges, count);
+        status = sdpa_check_disjoint(ctx, who, ranges, count);
     if (status != SDPA_OK)
         return status;
     resolve_sizes(args, tk, p);
@@ -566,16 +553,4 @@ int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
     if (!p->empty_rows_zero && !p->sinks)
         return check_rows_have_keys(ctx, who, p);
     return SDPA_OK;
-}
-
-int sdpa_validate(sdpa_ctx *ctx, const sdpa_forward_args *args, sdpa_problem *p)
-{
-    /* From here on, the caller's struct is read through a zero-filled copy
-     * of this library's size: a 1.0 caller's 624 bytes are all it has. */
-    sdpa_forward_args known;
-    int status = sdpa_import_args(ctx, "sdpa_forward", args, SDPA_ARGS_SIZE_V1,
-                                  &known, sizeof known);
-    if (status != SDPA_OK)
-        return status;
-    return sdpa_validate_call(ctx, "sdpa_forward", &known, p);
 }

@@ -46,6 +46,10 @@ FROZEN(SDPA_ERR_BAD_SINK, 24);
 FROZEN(SDPA_ERR_BAD_LOGITS_STAGE, 25);
 FROZEN(SDPA_ERR_BAD_PAGE, 26);
 FROZEN(SDPA_ERR_PARALLEL_FOR, 27);
+FROZEN(SDPA_ERR_BAD_RAGGED, 28);
+FROZEN(SDPA_ERR_OFFSETS_START, 29);
+FROZEN(SDPA_ERR_OFFSETS_ORDER, 30);
+FROZEN(SDPA_ERR_OFFSETS_END, 31);
 
 /* Option ids and their values. */
 FROZEN(SDPA_OPT_EMPTY_ROWS, 1);
@@ -133,9 +137,19 @@ OFFSET(sdpa_forward_args, block_table, 888);
 OFFSET(sdpa_forward_args, pages_per_seq, 896);
 OFFSET(sdpa_forward_args, block_table_stride, 904);
 MIN_SIZE(sdpa_forward_args, 912);
+/* appended in 1.2 */
+OFFSET(sdpa_forward_args, seqs, 912);
+OFFSET(sdpa_forward_args, q_offsets, 920);
+OFFSET(sdpa_forward_args, kv_offsets, 928);
+MIN_SIZE(sdpa_forward_args, 936);
 /* new in 1.1 */
 OFFSET(sdpa_backward_args, struct_size, 0);
 MIN_SIZE(sdpa_backward_args, 952);
+/* appended in 1.2 */
+OFFSET(sdpa_backward_args, seqs, 952);
+OFFSET(sdpa_backward_args, q_offsets, 960);
+OFFSET(sdpa_backward_args, kv_offsets, 968);
+MIN_SIZE(sdpa_backward_args, 976);
 OFFSET(sdpa_merge_args, struct_size, 0);
 MIN_SIZE(sdpa_merge_args, 184);
 OFFSET(sdpa_mha_args, struct_size, 0);
