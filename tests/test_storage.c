@@ -477,7 +477,9 @@ static void test_paged_equals_contiguous(void **state)
     (void)state;
     static const int64_t pages[] = {1, 3, 16};
     static const int types[] = {SDPA_FLOAT32, SDPA_FLOAT16};
-    problem shapes[2] = {
+    /* the third is longer than the materialised path's staged keys (512):
+     * its gemms must take the same pieces of keys paged or not */
+    problem shapes[3] = {
         {.n = 2,
          .hq = 4,
          .hkv = 2,
@@ -495,9 +497,10 @@ static void test_paged_equals_contiguous(void **state)
          .dv = 8,
          .causal = SDPA_CAUSAL_BOTTOM_RIGHT,
          .with_lens = true},
+        {.n = 1, .hq = 1, .hkv = 1, .tq = 1, .tk = 528, .dk = 16, .dv = 64},
     };
     rng r = {31};
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 3; s++) {
         problem *p = &shapes[s];
         problem_make(p, 32 + (uint64_t)s);
         for (size_t ty = 0; ty < 2; ty++) {
@@ -612,7 +615,9 @@ static void test_parallel_for(void *user, int64_t items, sdpa_task_fn task,
 static void test_caller_threads(void **state)
 {
     (void)state;
-    problem shapes[2] = {
+    /* the third is longer than the materialised path's staged keys (512):
+     * its gemms must take the same pieces of keys paged or not */
+    problem shapes[3] = {
         {.n = 2, .hq = 8, .hkv = 2, .tq = 1, .tk = 3000, .dk = 64, .dv = 64},
         {.n = 1,
          .hq = 4,
