@@ -79,7 +79,9 @@ enum {
     SDPA_ERR_NULL_POINTER = 1,      /* a required pointer is NULL */
     SDPA_ERR_STRUCT_SIZE = 2,       /* struct_size smaller than version 1 */
     SDPA_ERR_STRUCT_TAIL = 3,       /* struct_size larger, unknown tail not 0 */
-    SDPA_ERR_BAD_DTYPE = 4,         /* dtype is not SDPA_FLOAT32/64 */
+    SDPA_ERR_BAD_DTYPE = 4,         /* dtype, kv_dtype or bias_dtype not
+                                       an SDPA_FLOAT* type, or float64
+                                       mixed with another type */
     SDPA_ERR_BAD_DIM = 5,           /* a dimension is zero or negative */
     SDPA_ERR_SHAPE_MISMATCH = 6,    /* dimensions disagree between tensors */
     SDPA_ERR_BAD_STRIDE = 7,        /* negative stride, innermost stride != 1
@@ -377,8 +379,12 @@ typedef struct sdpa_tensor {
  *            memory, on every path ([N, Hq, Tq, 1] of the dtype, stride[3]
  *            ignored, like lse): the largest weight max_j p_ij and the
  *            entropy H_i = -Σ_j p_ij log p_ij = lse_i - Σ_j p_ij s_ij in
- *            nats. A sink counts as one more outcome of the distribution.
- *            A row with no allowed key (zero-row policy) reports 0 and 0.
+ *            nats. A sink counts as one more outcome of the distribution,
+ *            of weight p_s = exp(sigma_h - lse_i): max_weight is the
+ *            larger of max_j p_ij and p_s, H_i = lse_i - Σ_j p_ij s_ij -
+ *            p_s sigma_h; a sink row whose keys are all forbidden reports
+ *            1 and 0. A row with no allowed key and no sink (zero-row
+ *            policy) reports 0 and 0.
  *
  * Storage types and paged K/V (also 1.1; struct_size 912):
  *   types    dtype is the storage type of q and out; kv_dtype (0: dtype)
@@ -431,7 +437,8 @@ typedef struct sdpa_tensor {
  * ("sequence 3") and its rows relative to it. */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
-    int dtype;              /* SDPA_FLOAT32 or SDPA_FLOAT64 */
+    int dtype;              /* SDPA_FLOAT*: the storage type of q and out
+                               (see "Storage types" above) */
     int causal;             /* SDPA_CAUSAL_* */
     uint32_t flags;         /* SDPA_FLAG_* */
     double scale;           /* 0 = 1/sqrt(Dk); else finite and > 0 */
