@@ -27,10 +27,11 @@
  * call never returns SDPA_OK with a NaN or infinite output.
  * sdpa_ctx_last_error() says what went wrong and where.
  *
- * Threads. A context is used by one thread at a time; any number of contexts
- * may run in parallel. SDPA_OPT_NUM_THREADS splits one call over workers of
- * the context's own; results are bitwise identical for every value. The
- * library never changes BLAS threading settings (docs/THREADS.md).
+ * Threads. A context is used by one thread at a time, one call at a time
+ * (a call on a context that is inside a call returns SDPA_ERR_BUSY); any
+ * number of contexts may run in parallel. SDPA_OPT_NUM_THREADS splits one call
+ * over workers of the context's own; results are bitwise identical for every
+ * value. The library never changes BLAS threading settings (docs/THREADS.md).
  */
 #ifndef SDPA_H
 #define SDPA_H
@@ -134,8 +135,11 @@ enum {
                                     not take */
     SDPA_ERR_OFFSETS_START = 29, /* q_offsets[0] or kv_offsets[0] is not 0 */
     SDPA_ERR_OFFSETS_ORDER = 30, /* an offset is below the one before it */
-    SDPA_ERR_OFFSETS_END = 31    /* the last offset (entry seqs) is not the
+    SDPA_ERR_OFFSETS_END = 31,   /* the last offset (entry seqs) is not the
                                     packed tensor's T extent */
+    SDPA_ERR_BUSY = 32           /* 1.2: the context is inside a call (a
+                                    call on it from its parallel-for or a
+                                    task, or from a second thread) */
 };
 
 /* A short fixed description of a status code: "success" for SDPA_OK, a
@@ -277,7 +281,13 @@ enum { SDPA_NUM_THREADS_ALL = -1 };
  * unspecified: the context records which items ran (one bit per item,
  * kept and grown like its scratch). Setting parallel_for NULL returns to the
  * context's own workers. SDPA_ERR_BAD_OPTION_VALUE for workers outside [1,
- * 256]. */
+ * 256]. (1.2) The parallel-for and its tasks must not call into the
+ * context: such a call (forward, workspace, backward, merge, the layer,
+ * the setters) is refused with SDPA_ERR_BUSY and changes nothing, and the
+ * call in progress goes on. A task call made after the parallel-for
+ * returned is ignored (nothing is read or written through it; the call
+ * that handed out the task returns only when no task call of its own is
+ * running); task_arg is valid until the context is destroyed. */
 typedef void (*sdpa_task_fn)(void *task_arg, int64_t item, int worker);
 typedef void (*sdpa_parallel_for_fn)(void *user, int64_t items,
                                      sdpa_task_fn task, void *task_arg);
