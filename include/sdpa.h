@@ -330,6 +330,21 @@ enum {
                                keys -inf: what the softmax takes (ONNX 2) */
 };
 
+/* Converts count values from src (of src_type) to dst (of dst_type), 1.2:
+ * SDPA_FLOAT32 to SDPA_FLOAT16 or SDPA_BFLOAT16 rounds to nearest even
+ * (float16 overflows to infinity, NaNs stay NaNs), either half type to
+ * SDPA_FLOAT32 is exact, float32 to float32 copies. The bits are those the
+ * library computes with on every CPU (F16C or AVX-512 where present), so
+ * an engine can convert its caches and outputs without compiler
+ * extensions. SDPA_ERR_BAD_DIM (count < 0), SDPA_ERR_BAD_DTYPE (any other
+ * pair of types), SDPA_ERR_NULL_POINTER (dst or src NULL with count > 0),
+ * SDPA_ERR_OVERFLOW (the bytes pass the address space) or
+ * SDPA_ERR_OVERLAP (dst and src share a byte), checked in this order;
+ * nothing is written then. No context: any thread may call it. See
+ * sdpa_convert(3). */
+SDPA_API int sdpa_convert(int dst_type, void *dst, int src_type,
+                          const void *src, int64_t count);
+
 /* A rank-4 strided view in logical order (N, H, T, D); strides count
  * elements, not bytes. data == NULL marks an optional tensor as absent.
  * Inputs are never written through data. */
