@@ -636,7 +636,9 @@ SDPA_API int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args);
  * Scratch is kept between calls: a call allocates nothing after an earlier
  * one on the same context that took the same path with the same dtype,
  * options, optional tensors, Dk, Dv and Hq/Hkv, under the same BLAS thread
- * count, when none of N, Hkv, Tq, Tk is larger. Returns SDPA_OK, or the
+ * count and worker count (SDPA_NUM_THREADS_ALL counts as the CPUs it finds
+ * at each call: a process whose affinity grows may allocate once more),
+ * when none of N, Hkv, Tq, Tk is larger. Returns SDPA_OK, or the
  * status sdpa_forward would return for an error found before computing
  * (never SDPA_ERR_OUT_OF_MEMORY or SDPA_ERR_NONFINITE); *bytes is written
  * only on success. See sdpa_forward_workspace(3). */
@@ -658,6 +660,26 @@ static inline sdpa_tensor sdpa_tensor_bthd(void *data, int64_t n, int64_t h,
                                            int64_t t, int64_t d)
 {
     sdpa_tensor x = {data, {n, h, t, d}, {t * h * d, d, h * d, 1}};
+    return x;
+}
+
+/* The first t rows of a cache that holds `capacity` rows per batch item
+ * (1.2): a KV cache allocated for its longest length and filled up to its
+ * current one, in memory order [N, H, capacity, D] (bhtd) or
+ * [N, capacity, H, D] (bthd). With capacity = t they are the two above. */
+static inline sdpa_tensor sdpa_tensor_bhtd_cap(void *data, int64_t n, int64_t h,
+                                               int64_t t, int64_t capacity,
+                                               int64_t d)
+{
+    sdpa_tensor x = {
+        data, {n, h, t, d}, {h * capacity * d, capacity * d, d, 1}};
+    return x;
+}
+static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
+                                               int64_t t, int64_t capacity,
+                                               int64_t d)
+{
+    sdpa_tensor x = {data, {n, h, t, d}, {capacity * h * d, d, h * d, 1}};
     return x;
 }
 
