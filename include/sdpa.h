@@ -287,7 +287,9 @@ enum { SDPA_NUM_THREADS_ALL = -1 };
  * call in progress goes on. A task call made after the parallel-for
  * returned is ignored (nothing is read or written through it; the call
  * that handed out the task returns only when no task call of its own is
- * running); task_arg is valid until the context is destroyed. */
+ * running); task_arg stays valid until the context is destroyed, and
+ * names its own parallel-for for the next 255 it makes (a call later
+ * still counts as one of the parallel-for in progress). */
 typedef void (*sdpa_task_fn)(void *task_arg, int64_t item, int worker);
 typedef void (*sdpa_parallel_for_fn)(void *user, int64_t items,
                                      sdpa_task_fn task, void *task_arg);

@@ -204,9 +204,17 @@ int sdpa_ctx_set_parallel_for(sdpa_ctx *ctx, sdpa_parallel_for_fn parallel_for,
 /* One call's items as the caller's parallel-for runs them. The record
  * lives with the context, not on the stack of the call: a task call that
  * comes after the parallel-for returned (a contract breach that cannot be
- * reported any more) finds it, sees that no job is open and returns
- * without touching anything; the call does not return while a task call
- * is still inside it. */
+ * reported any more) finds it through its ticket, sees that the ticket is
+ * not the open job's and returns without touching anything; the call does
+ * not return while a task call is still inside it. A ticket serves every
+ * TICKETS-th job: a task call late by that many jobs of the context counts
+ * as a call of the job in progress (an item called twice fails it). */
+enum { TICKETS = 256 };
+typedef struct job_ticket {
+    struct sdpa_caller_job *job;
+    _Atomic uint64_t generation; /* the job it was handed out for */
+} job_ticket;
+
 struct sdpa_caller_job {
     sdpa_ctx *ctx;
     const sdpa_problem *problem;
@@ -217,10 +225,12 @@ struct sdpa_caller_job {
      * of an item is refused, so that calls == items means every item ran
      * once, whatever the order of the calls */
     _Atomic uint64_t *taken;
-    atomic_bool open;     /* between the start and the end of a job */
-    atomic_int inside;    /* task calls in progress */
-    atomic_llong calls;   /* task calls with a valid item and worker */
-    atomic_bool bad_call; /* one outside them */
+    _Atomic uint64_t generation; /* of the job in progress, or the last */
+    job_ticket tickets[TICKETS]; /* the task_arg of job g: tickets[g % n] */
+    atomic_bool open;            /* between the start and the end of a job */
+    atomic_int inside;           /* task calls in progress */
+    atomic_llong calls;          /* task calls with a valid item and worker */
+    atomic_bool bad_call;        /* one outside them */
     atomic_int busy[SDPA_MAX_THREADS]; /* calls running per worker */
     first_failure failure;
 };
@@ -258,11 +268,13 @@ static void caller_item(caller_job *job, int64_t n, int worker)
 
 static void caller_task(void *arg, int64_t n, int worker)
 {
-    caller_job *job = arg;
+    job_ticket *ticket = arg;
+    caller_job *job = ticket->job;
     /* counted in before looking: the end of the job either sees this call
      * inside or this call sees the job closed */
     atomic_fetch_add(&job->inside, 1);
-    if (atomic_load(&job->open))
+    if (atomic_load(&job->open) &&
+        atomic_load(&ticket->generation) == atomic_load(&job->generation))
         caller_item(job, n, worker);
     atomic_fetch_sub(&job->inside, 1);
 }
@@ -281,6 +293,11 @@ static caller_job *caller_job_of(sdpa_ctx *ctx, const char *who)
             return NULL;
         }
         memset(job, 0, sizeof *job);
+        atomic_init(&job->generation, 0);
+        for (int t = 0; t < TICKETS; t++) {
+            job->tickets[t].job = job;
+            atomic_init(&job->tickets[t].generation, UINT64_MAX);
+        }
         atomic_init(&job->open, false);
         atomic_init(&job->inside, 0);
         pthread_mutex_init(&job->failure.lock, NULL);
@@ -319,8 +336,12 @@ static int run_on_caller_threads(sdpa_ctx *ctx, const char *who,
     atomic_store(&job->bad_call, false);
     for (int w = 0; w < SDPA_MAX_THREADS; w++)
         atomic_store(&job->busy[w], 0);
+    const uint64_t generation = atomic_load(&job->generation) + 1;
+    job_ticket *ticket = &job->tickets[generation % TICKETS];
+    atomic_store(&ticket->generation, generation);
+    atomic_store(&job->generation, generation);
     atomic_store(&job->open, true);
-    ctx->parallel_for(ctx->parallel_user, items, caller_task, job);
+    ctx->parallel_for(ctx->parallel_user, items, caller_task, ticket);
     atomic_store(&job->open, false);
     /* a task the parallel-for left running must not outlive the call */
     while (atomic_load(&job->inside) != 0)
