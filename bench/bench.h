@@ -328,11 +328,12 @@ typedef struct bench_ratio {
 /* A ragged shape's comparisons in one (shape, threads) block: ratios of
  * medians measured in the same rounds, and S's bitwise check. */
 typedef struct bench_ragged_ratio {
-    const char *name;      /* "ragged/per-sequence" */
-    const char *num, *den; /* the rows divided: their labels */
-    double num_s, den_s;   /* their medians; 0 = not measured */
-    double target;         /* 0 = none */
-    int at_most;           /* met when the ratio <= target; else >= */
+    const char *name;            /* "ragged/per-sequence" */
+    const char *num, *den;       /* the rows divided: their labels */
+    double num_s, den_s;         /* their medians; 0 = not measured */
+    double num_cpu_s, den_cpu_s; /* the same in process CPU time */
+    double target;               /* 0 = none */
+    int at_most;                 /* met when the ratio <= target; else >= */
 } bench_ragged_ratio;
 
 typedef struct bench_ragged_summary {

@@ -252,6 +252,8 @@ bench_ragged_ratio bench_ragged_ratio_of(const char *name, const bench_row *num,
                                 den->label,
                                 num->ok ? num->median_s : 0.0,
                                 den->ok ? den->median_s : 0.0,
+                                num->ok ? num->cpu_median_s : 0.0,
+                                den->ok ? den->cpu_median_s : 0.0,
                                 target,
                                 at_most};
 }

@@ -113,7 +113,9 @@ void bench_report_header(const bench_env *env)
                "  context by (a counting allocator); the variants run in the "
                "same interleaved rounds at the\n"
                "  library's default tiles, OpenBLAS as for the libsdpa rows; "
-               "ratios of medians below each block.\n");
+               "ratios of medians below each\n"
+               "  block, wall clock, then process CPU time (all threads: wall "
+               "time's stand-in at 1 worker).\n");
     if (env->block_q || env->block_k)
         printf("This run: SDPA_OPT_BLOCK_Q = %lld, SDPA_OPT_BLOCK_K = %lld "
                "(0 = library default) on the\n"
@@ -259,11 +261,13 @@ void bench_report_ragged(const bench_ragged_summary *m, const bench_row *rows,
         printf("%.3f  (%s %.3f ms / %s %.3f ms, medians of the same rounds", x,
                r->num, r->num_s * 1e3, r->den, r->den_s * 1e3);
         if (r->target > 0)
-            printf("; target %s %.3g: %s)\n",
-                   r->at_most ? "<=" : ">=", r->target,
+            printf("; target %s %.3g: %s)", r->at_most ? "<=" : ">=", r->target,
                    verdict(r->at_most ? x <= r->target : x >= r->target));
         else
-            printf("; no target)\n");
+            printf("; no target)");
+        if (r->num_cpu_s > 0 && r->den_cpu_s > 0)
+            printf("; process CPU time %.3f", r->num_cpu_s / r->den_cpu_s);
+        printf("\n");
     }
     if (m->bitwise >= 0)
         printf("   %s thr=%d: bitwise equal: %s (%s)\n", name, m->threads,
@@ -411,6 +415,10 @@ static void json_ragged(const bench_ragged_summary *sums, size_t n)
             json_number(ok ? r->num_s * 1e3 : NAN);
             printf(", \"den_median_ms\": ");
             json_number(ok ? r->den_s * 1e3 : NAN);
+            printf(", \"cpu_value\": ");
+            json_number(r->num_cpu_s > 0 && r->den_cpu_s > 0
+                            ? r->num_cpu_s / r->den_cpu_s
+                            : NAN);
             if (r->target > 0) {
                 printf(", \"%s\": ", r->at_most ? "target_max" : "target_min");
                 json_number(r->target);
