@@ -411,7 +411,6 @@ typedef struct bench_calls {
     int copies;
     int empty_rows_zero; /* SDPA_OPT_EMPTY_ROWS = SDPA_EMPTY_ROWS_ZERO */
     double flop;         /* useful flops of one run */
-    double kv_bytes;     /* K + V bytes a run must read; 0: no KV_GB/s */
 } bench_calls;
 
 /* One (shape, threads) block of n variants: each set up once in order

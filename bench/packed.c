@@ -226,10 +226,10 @@ int bench_packed_run(const bench_env *env, const bench_ragged_opts *o,
     const double bwd_flop =
         flop * (double)(3 * s->dk + 2 * s->dv) / (double)(s->dk + s->dv);
     const bench_calls calls[4] = {
-        {"fwd ragged", &p.fwd, NULL, 1, 1, 0, flop, 0},
-        {"fwd dense mask", &p.fwd_dense, NULL, 1, 1, 0, flop, 0},
-        {"bwd ragged", NULL, &p.bwd, 1, 1, 0, bwd_flop, 0},
-        {"bwd dense mask", NULL, &p.bwd_dense, 1, 1, 0, bwd_flop, 0}};
+        {"fwd ragged", &p.fwd, NULL, 1, 1, 0, flop},
+        {"fwd dense mask", &p.fwd_dense, NULL, 1, 1, 0, flop},
+        {"bwd ragged", NULL, &p.bwd, 1, 1, 0, bwd_flop},
+        {"bwd dense mask", NULL, &p.bwd_dense, 1, 1, 0, bwd_flop}};
     const int n = backward_note[0] ? 2 : 4;
     int warnings = strncmp(backward_note, "backward: ERROR", 15) == 0;
     for (int t = 0; t < o->nthreads; t++) {

@@ -152,7 +152,6 @@ void bench_calls_time(const bench_env *env, const bench_ragged_opts *o,
             }
         }
 
-    const double bw = env->bw[threads >= 2 ? 1 : 0];
     for (int i = 0; i < n; i++) {
         bench_row *r = &vars[i].row;
         r->ok = vars[i].live && r->reps > 0;
@@ -161,10 +160,6 @@ void bench_calls_time(const bench_env *env, const bench_ragged_opts *o,
             r->min_s = vars[i].times[0]; /* sorted by bench_median */
             r->cpu_median_s = bench_median(vars[i].cpu_times, r->reps);
             r->gflops = calls[i].flop / r->median_s / 1e9;
-            if (calls[i].kv_bytes > 0) {
-                r->kv_gbs = calls[i].kv_bytes / r->median_s / 1e9;
-                r->kv_bw_ratio = bw > 0 ? r->kv_gbs * 1e9 / bw : 0.0;
-            }
         }
         rows[i] = *r;
         sdpa_ctx_destroy(vars[i].ctx);

@@ -302,11 +302,11 @@ int bench_serving_run(const bench_env *env, const bench_ragged_opts *o,
         serving_free(&sv);
         return 1;
     }
-    const double flop = bench_shape_flops(s), kv = bench_shape_kv_bytes(s);
+    const double flop = bench_shape_flops(s);
     const bench_calls calls[3] = {
-        {"sdpa ragged", sv.ragged, NULL, 1, COPIES, 0, flop, kv},
-        {"sdpa per-sequence", sv.per_seq, NULL, sv.seqs, COPIES, 0, flop, kv},
-        {"sdpa padded", sv.padded, NULL, 1, COPIES, 1, flop, kv}};
+        {"sdpa ragged", sv.ragged, NULL, 1, COPIES, 0, flop},
+        {"sdpa per-sequence", sv.per_seq, NULL, sv.seqs, COPIES, 0, flop},
+        {"sdpa padded", sv.padded, NULL, 1, COPIES, 1, flop}};
     const size_t nq = (size_t)(s->hq * sv.total_q * s->dv);
     const size_t npad = (size_t)(sv.seqs * s->hq * PAD_ROWS * s->dv);
     int warnings = 0;

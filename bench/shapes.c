@@ -166,7 +166,6 @@ static const bench_shape suite[] = {
      .dk = 128,
      .dv = 128,
      .causal = SDPA_CAUSAL_BOTTOM_RIGHT,
-     .decode = 1,
      .kv_type = SDPA_FLOAT16,
      .page = 16,
      .ragged = BENCH_RAGGED_SERVING,
