@@ -34,7 +34,8 @@ struct sdpa_ctx {
     sdpa_buffer claims; /* the caller's parallel-for: one bit per item,
                            set when the item is taken (pool.c) */
     sdpa_buffer parts;  /* a ragged call's sequences, each with its own
-                           problem and plan (forward/ragged_forward.c) */
+                           problem and plan (forward/ragged_forward.c,
+                           backward/ragged.c) */
     sdpa_pool *pool;
     /* the caller's parallel-for (sdpa_ctx_set_parallel_for), or NULL */
     sdpa_parallel_for_fn parallel_for;

@@ -151,6 +151,19 @@ int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers)
     return workers > 1 ? pool_grow(ctx, who, workers) : SDPA_OK;
 }
 
+/* The claims of a run of `items` items on the caller's threads. */
+static int claims_reserve(sdpa_ctx *ctx, const char *who, int64_t items)
+{
+    const size_t words = (size_t)(items + 63) / 64;
+    return sdpa_claims_reserve(ctx, who, words * sizeof(uint64_t));
+}
+
+int sdpa_pool_reserve_items(sdpa_ctx *ctx, const char *who, int64_t items)
+{
+    return ctx->parallel_for && items > 1 ? claims_reserve(ctx, who, items)
+                                          : SDPA_OK;
+}
+
 int sdpa_thread_budget(const sdpa_ctx *ctx)
 {
     if (ctx->parallel_for)
@@ -240,10 +253,10 @@ static int run_on_caller_threads(sdpa_ctx *ctx, const char *who,
     /* the items' bits, kept with the context like its scratch: before any
      * item runs, so that running out of memory leaves the outputs as they
      * were */
-    const size_t words = (size_t)(items + 63) / 64;
-    int status = sdpa_claims_reserve(ctx, who, words * sizeof(uint64_t));
+    int status = claims_reserve(ctx, who, items);
     if (status != SDPA_OK)
         return status;
+    const size_t words = (size_t)(items + 63) / 64;
     caller_job job = {.ctx = ctx,
                       .problem = problem,
                       .plan = plan,

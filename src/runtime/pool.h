@@ -62,6 +62,11 @@ static inline int64_t sdpa_visit_position(int64_t item, int64_t items,
  * worker 0) before the computation, so that running them later allocates
  * nothing and cannot fail half way. */
 int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers);
+/* What a run of up to `items` items on the caller's parallel-for holds
+ * (its claims), reserved beforehand by a call of several runs, so that
+ * none of them allocates once the first has written an output. Nothing
+ * without a parallel-for. */
+int sdpa_pool_reserve_items(sdpa_ctx *ctx, const char *who, int64_t items);
 void sdpa_pool_destroy(sdpa_ctx *ctx);
 
 #endif /* SDPA_RUNTIME_POOL_H */
