@@ -106,8 +106,9 @@ int fz_path_streams(int64_t path);
 /* ------------------------------------------------------------------------ */
 typedef uint32_t fz_sset; /* a set of statuses 0..31 */
 #define FZ_BIT(s) ((fz_sset)1u << (s))
-/* Every status of the header's list (SDPA_OK .. SDPA_ERR_PARALLEL_FOR). */
-#define FZ_ALL_DOCUMENTED (FZ_BIT(SDPA_ERR_PARALLEL_FOR + 1) - 1u)
+/* Every status of the header's list (SDPA_OK .. SDPA_ERR_OFFSETS_END). */
+#define FZ_ALL_DOCUMENTED                                                      \
+    ((FZ_BIT(SDPA_ERR_OFFSETS_END) - 1u) | FZ_BIT(SDPA_ERR_OFFSETS_END))
 int fz_documented(int status);
 /* The status of `what` is documented and in `expect`; with a context, its
  * message is "" exactly when the status is OK. */
