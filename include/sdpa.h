@@ -92,10 +92,13 @@ enum {
                                        is conservative),
                                        row stride below the row length, or an
                                        output that overlaps itself */
-    SDPA_ERR_OVERLAP = 8,           /* the address range (first to last
-                                       element) of an output meets another
-                                       output's or an input's: conservative,
-                                       interleaved tensors count too */
+    SDPA_ERR_OVERLAP = 8,           /* an output shares an element with
+                                       another output or an input; views
+                                       of one buffer with the same strides
+                                       and element size are told apart
+                                       element by element (1.2), others
+                                       by their address ranges (first to
+                                       last element): conservative */
     SDPA_ERR_OVERFLOW = 9,          /* an extent overflows size_t or BLAS int */
     SDPA_ERR_BAD_SCALE = 10,        /* scale negative, NaN or infinite, or
                                        above FLT_MAX in a float32 call */
