@@ -116,45 +116,35 @@ static int attend_each(sdpa_ctx *ctx, const int64_t q_offsets[SEQS + 1],
     return SDPA_OK;
 }
 
-/* n / 128 (|n| <= 128) as float16 bits: exactly representable. */
-static uint16_t half_of(int n)
+/* Element i of token `position` of sequence seq's q, k or v (which 0, 1,
+ * 2): a multiple of 1/128 in [-1, 1), exact in float16. */
+static float token(int seq, int64_t position, int i, unsigned which)
 {
-    if (n == 0)
-        return 0;
-    uint16_t sign = n < 0 ? 0x8000u : 0;
-    unsigned m = (unsigned)(n < 0 ? -n : n), p = 0;
-    while (m >> (p + 1))
-        p++; /* m = 1.f * 2^p */
-    unsigned exponent = p - 7 + 15, mantissa = (m << (10 - p)) & 0x3ffu;
-    return (uint16_t)(sign | exponent << 10 | mantissa);
-}
-
-/* A deterministic value in [-1, 1) of the token stream. */
-static int token_value(unsigned seq, unsigned position, unsigned i,
-                       unsigned which)
-{
-    unsigned h = seq * 2654435761u ^ position * 40503u ^ i * 2246822519u ^
-                 which * 3266489917u;
+    unsigned h = (unsigned)seq * 2654435761u ^ (unsigned)position * 40503u ^
+                 (unsigned)i * 2246822519u ^ which * 3266489917u;
     h ^= h >> 15;
     h *= 2246822519u;
     h ^= h >> 13;
-    return (int)(h % 256u) - 128;
+    return (float)((int)(h % 256u) - 128) / 128.0f;
 }
 
-/* Token `position` of sequence b: its K and V rows into the cache. */
-static void cache_write(const int32_t *table, int b, int64_t position)
+/* Token `position` of sequence b: its K and V rows into the cache, made
+ * in float32 and stored as float16 (sdpa_convert rounds as the library
+ * does; these values are exact in float16 anyway). */
+static int cache_write(const int32_t *table, int b, int64_t position)
 {
     const int32_t page = table[b * PAGES_PER_SEQ + position / PAGE];
-    const int64_t slot = position % PAGE;
-    for (int h = 0; h < HKV; h++)
-        for (int d = 0; d < D; d++) {
-            size_t at = (size_t)(((page * PAGE + slot) * HKV + h) * D + d);
-            unsigned i = (unsigned)(h * D + d);
-            k_pool[at] =
-                half_of(token_value((unsigned)b, (unsigned)position, i, 1));
-            v_pool[at] =
-                half_of(token_value((unsigned)b, (unsigned)position, i, 2));
-        }
+    const size_t at = (size_t)((page * PAGE + position % PAGE) * HKV * D);
+    float k[HKV * D], v[HKV * D];
+    for (int i = 0; i < HKV * D; i++) {
+        k[i] = token(b, position, i, 1);
+        v[i] = token(b, position, i, 2);
+    }
+    int status =
+        sdpa_convert(SDPA_FLOAT16, &k_pool[at], SDPA_FLOAT32, k, HKV * D);
+    return status != SDPA_OK ? status
+                             : sdpa_convert(SDPA_FLOAT16, &v_pool[at],
+                                            SDPA_FLOAT32, v, HKV * D);
 }
 
 /* Counting allocator: the context's every allocation goes through it. */
@@ -190,7 +180,8 @@ int main(void)
             table[b * PAGES_PER_SEQ + c] = (int32_t)(7 * next++ % POOL);
     for (int b = 0; b < SEQS; b++)
         for (int64_t t = 0; t < kv_lens[b]; t++)
-            cache_write(table, b, t);
+            if (cache_write(table, b, t) != SDPA_OK)
+                return 1;
 
     sdpa_allocator counting = {sizeof counting, count_alloc, count_free, NULL};
     sdpa_ctx *ctx;
@@ -208,12 +199,11 @@ int main(void)
             kv_lens[b] += b < 3 ? 1 : CHUNK;
             for (int64_t r = 0; r < rows; r++) {
                 const int64_t position = kv_lens[b] - rows + r;
-                cache_write(table, b, position);
+                if (cache_write(table, b, position) != SDPA_OK)
+                    return 1;
                 for (int i = 0; i < HQ * D; i++)
                     q[(q_offsets[b] + r) * HQ * D + i] =
-                        (float)token_value((unsigned)b, (unsigned)position,
-                                           (unsigned)i, 0) /
-                        128.0f;
+                        token(b, position, i, 0);
             }
         }
         /* 2. one call for the whole batch */
