@@ -45,8 +45,9 @@
  *    nothing and announces what the call then holds; a repeated call, and
  *    a smaller one, allocate nothing.
  *  - test_ragged_layer_and_merge: sdpa_mha_forward is what it was with
- *    the 1.2 fields zero, and refuses attention arguments ragged over a
- *    batch of two with SDPA_ERR_BAD_RAGGED, y untouched; sdpa_merge of a
+ *    the 1.2 fields zero; it and sdpa_mha_backward refuse attention
+ *    arguments with any ragged field (batches of two and of one) with
+ *    SDPA_ERR_BAD_RAGGED, y and the gradients untouched; sdpa_merge of a
  *    sequence's key halves gives what the ragged call gave.
  */
 #include <setjmp.h>
@@ -1273,17 +1274,42 @@ static void test_ragged_layer_and_merge(void **state)
     memset(y, 0, sizeof y);
     assert_int_equal(sdpa_mha_forward(ctx, &m), SDPA_OK);
     assert_memory_equal(y0, y, sizeof y);
-    /* ragged attention arguments over a batch of two: refused */
-    const int64_t qo[3] = {0, 1, 3};
-    attn.seqs = 2;
-    attn.q_offsets = qo;
-    fill_sentinel(y, sizeof y);
-    assert_int_equal(sdpa_mha_forward(ctx, &m), SDPA_ERR_BAD_RAGGED);
-    assert_non_null(strstr(sdpa_ctx_last_error(ctx), "sdpa_mha_forward"));
-    assert_non_null(strstr(sdpa_ctx_last_error(ctx), "q.shape[0] is 2"));
-    assert_int_equal(first_non_sentinel(y, sizeof y), -1);
+    /* ragged attention arguments: the layer takes rectangular batches,
+     * a batch of two or one (which a ragged call could take) alike, in
+     * the forward and in the backward, y and the gradients untouched */
+    const int64_t qo[3] = {0, 1, 3}, ko[3] = {0, 2, 3};
+    float dy[N * T * E], dx[N * T * E];
+    for (int i = 0; i < N * T * E; i++)
+        dy[i] = (float)grid(&r, 1.0);
+    sdpa_mha_backward_args g = SDPA_MHA_BACKWARD_ARGS_INIT;
+    g.forward = &m;
+    g.dy = xt;
+    g.dy.data = dy;
+    g.dx_q = xt;
+    g.dx_q.data = dx;
+    for (int n = N; n >= 1; n--)
+        for (int field = 0; field < 3; field++) {
+            m.x_q.shape[0] = m.y.shape[0] = g.dy.shape[0] = n;
+            g.dx_q.shape[0] = n;
+            attn.seqs = field == 0 ? 2 : 0;
+            attn.q_offsets = field == 1 ? qo : NULL;
+            attn.kv_offsets = field == 2 ? ko : NULL;
+            fill_sentinel(y, sizeof y);
+            fill_sentinel(dx, sizeof dx);
+            assert_int_equal(sdpa_mha_forward(ctx, &m), SDPA_ERR_BAD_RAGGED);
+            const char *msg = sdpa_ctx_last_error(ctx);
+            if (!strstr(msg, "sdpa_mha_forward: attn->seqs, q_offsets or "
+                             "kv_offsets is set"))
+                fail_msg("batch %d, field %d: \"%s\"", n, field, msg);
+            assert_int_equal(sdpa_mha_backward(ctx, &g), SDPA_ERR_BAD_RAGGED);
+            assert_non_null(
+                strstr(sdpa_ctx_last_error(ctx), "sdpa_mha_backward"));
+            assert_int_equal(first_non_sentinel(y, sizeof y), -1);
+            assert_int_equal(first_non_sentinel(dx, sizeof dx), -1);
+        }
+    m.x_q.shape[0] = m.y.shape[0] = N;
     attn.seqs = 0;
-    attn.q_offsets = NULL;
+    attn.q_offsets = attn.kv_offsets = NULL;
     memset(y, 0, sizeof y);
     assert_int_equal(sdpa_mha_forward(ctx, &m), SDPA_OK);
     assert_memory_equal(y0, y, sizeof y);

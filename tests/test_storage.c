@@ -471,7 +471,9 @@ static void test_paged_equals_contiguous(void **state)
     (void)state;
     static const int64_t pages[] = {1, 3, 16};
     static const int types[] = {SDPA_FLOAT32, SDPA_FLOAT16};
-    problem shapes[2] = {
+    /* the third is longer than the materialised path's staged keys (512):
+     * its gemms must take the same pieces of keys paged or not */
+    problem shapes[3] = {
         {.n = 2,
          .hq = 4,
          .hkv = 2,
@@ -489,9 +491,10 @@ static void test_paged_equals_contiguous(void **state)
          .dv = 8,
          .causal = SDPA_CAUSAL_BOTTOM_RIGHT,
          .with_lens = true},
+        {.n = 1, .hq = 1, .hkv = 1, .tq = 1, .tk = 528, .dk = 16, .dv = 64},
     };
     rng r = {31};
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 3; s++) {
         problem *p = &shapes[s];
         problem_make(p, 32 + (uint64_t)s);
         for (size_t ty = 0; ty < 2; ty++) {
@@ -548,7 +551,9 @@ static void test_paged_equals_contiguous(void **state)
 static void test_caller_threads(void **state)
 {
     (void)state;
-    problem shapes[2] = {
+    /* the third is longer than the materialised path's staged keys (512):
+     * its gemms must take the same pieces of keys paged or not */
+    problem shapes[3] = {
         {.n = 2, .hq = 8, .hkv = 2, .tq = 1, .tk = 3000, .dk = 64, .dv = 64},
         {.n = 1,
          .hq = 4,
@@ -716,6 +721,64 @@ static void expect_refusal(sdpa_ctx *ctx, const sdpa_forward_args *a,
     assert_int_equal(sdpa_forward_workspace(ctx, a, &bytes), status);
 }
 
+/* ---- A cache of larger capacity than its length. -------------------- */
+
+/* K and V in caches of capacity 13 rows filled to 9 (the rest NaN, never
+ * read), through sdpa_tensor_b?td_cap, give the bits of compact copies. */
+static void test_capacity_views(void **state)
+{
+    (void)state;
+    enum { N = 2, H = 3, T = 9, CAP = 13, D = 8, TQ = 4 };
+    rng r = {77};
+    float q[N * H * TQ * D], out[N * H * TQ * D], want[N * H * TQ * D];
+    float k[N * H * T * D], v[N * H * T * D];
+    float kc[N * H * CAP * D], vc[N * H * CAP * D];
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        q[i] = (float)rng_sym(&r, 1);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        k[i] = (float)rng_sym(&r, 1);
+        v[i] = (float)rng_sym(&r, 1);
+    }
+    sdpa_ctx *ctx = make_ctx(SDPA_KERNEL_AUTO, SDPA_PATH_AUTO, 1);
+    for (int bthd = 0; bthd < 2; bthd++) {
+        for (size_t i = 0; i < sizeof kc / sizeof kc[0]; i++)
+            kc[i] = vc[i] = NAN;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t d = 0; d < D; d++) {
+                        int64_t from = ((n * H + h) * T + t) * D + d;
+                        int64_t to = bthd ? ((n * CAP + t) * H + h) * D + d
+                                          : ((n * H + h) * CAP + t) * D + d;
+                        kc[to] = k[from];
+                        vc[to] = v[from];
+                    }
+        sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+        a.dtype = SDPA_FLOAT32;
+        a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
+        a.q = sdpa_tensor_bhtd(q, N, H, TQ, D);
+        a.k = sdpa_tensor_bhtd(k, N, H, T, D);
+        a.v = sdpa_tensor_bhtd(v, N, H, T, D);
+        a.out = sdpa_tensor_bhtd(want, N, H, TQ, D);
+        assert_int_equal(sdpa_forward(ctx, &a), SDPA_OK);
+        a.k = bthd ? sdpa_tensor_bthd_cap(kc, N, H, T, CAP, D)
+                   : sdpa_tensor_bhtd_cap(kc, N, H, T, CAP, D);
+        a.v = bthd ? sdpa_tensor_bthd_cap(vc, N, H, T, CAP, D)
+                   : sdpa_tensor_bhtd_cap(vc, N, H, T, CAP, D);
+        a.out = sdpa_tensor_bhtd(out, N, H, TQ, D);
+        assert_int_equal(sdpa_forward(ctx, &a), SDPA_OK);
+        assert_memory_equal(out, want, sizeof out);
+    }
+    /* capacity = length: the plain constructors */
+    sdpa_tensor x = sdpa_tensor_bthd_cap(k, N, H, T, T, D);
+    sdpa_tensor y = sdpa_tensor_bthd(k, N, H, T, D);
+    assert_memory_equal(&x, &y, sizeof x);
+    x = sdpa_tensor_bhtd_cap(k, N, H, T, T, D);
+    y = sdpa_tensor_bhtd(k, N, H, T, D);
+    assert_memory_equal(&x, &y, sizeof x);
+    sdpa_ctx_destroy(ctx);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -786,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_paged_equals_contiguous),
         cmocka_unit_test(test_caller_threads),
         cmocka_unit_test(test_paged_chunk_order),
+        cmocka_unit_test(test_capacity_views),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -45,7 +45,7 @@
 
 #define WHO SDPA_BACKWARD_WHO
 
-int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
+int sdpa_backward_call(sdpa_ctx *ctx, const sdpa_backward_args *args)
 {
     sdpa_bwd_problem bp;
     sdpa_bwd_plan plan;
@@ -56,7 +56,8 @@ int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
         status = sdpa_scratch_reserve(ctx, WHO, plan.run.reserve_workers,
                                       plan.worker_bytes, 0);
     if (status == SDPA_OK)
-        status = sdpa_pool_reserve(ctx, WHO, plan.run.reserve_workers);
+        status = sdpa_pool_reserve(ctx, WHO, plan.run.reserve_workers,
+                                   sdpa_backward_most_items(&plan));
     if (status != SDPA_OK)
         return status;
     sdpa_where where = {-1, -1, -1};
@@ -73,4 +74,11 @@ int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
         return status;
     ctx->message[0] = '\0';
     return SDPA_OK;
+}
+
+int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
+{
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, sdpa_backward_call(ctx, args));
 }

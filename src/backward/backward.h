@@ -61,4 +61,16 @@ int sdpa_backward_plan(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
 int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
                       sdpa_bwd_plan *plan, sdpa_where *where);
 
+/* The most items of any pass of the plan. */
+static inline int64_t sdpa_backward_most_items(const sdpa_bwd_plan *plan)
+{
+    int64_t most = plan->run.work_items;
+    most = plan->kv_items > most ? plan->kv_items : most;
+    return plan->q_items > most ? plan->q_items : most;
+}
+
+/* sdpa_backward inside a call already in progress on ctx (sdpa_enter):
+ * the layer's backward. */
+int sdpa_backward_call(sdpa_ctx *ctx, const sdpa_backward_args *args);
+
 #endif /* SDPA_BACKWARD_BACKWARD_H */

@@ -9,6 +9,7 @@
 #include "forward/plan.h"
 #include "forward/ragged.h"
 #include "forward/ragged_forward.h"
+#include "forward/forward.h"
 #include "runtime/pool.h"
 #include "paths/paths.h"
 
@@ -55,7 +56,7 @@ static int execute(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan,
     }
 }
 
-int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
+int sdpa_forward_call(sdpa_ctx *ctx, const sdpa_forward_args *args)
 {
     sdpa_forward_args known;
     int status = import(ctx, args, &known);
@@ -70,7 +71,8 @@ int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
         status = sdpa_scratch_reserve(ctx, WHO, plan.reserve_workers,
                                       plan.worker_bytes, plan.shared_bytes);
     if (status == SDPA_OK)
-        status = sdpa_pool_reserve(ctx, WHO, plan.reserve_workers);
+        status =
+            sdpa_pool_reserve(ctx, WHO, plan.reserve_workers, plan.work_items);
     if (status != SDPA_OK)
         return status;
     sdpa_where where = {-1, -1, -1};
@@ -105,11 +107,16 @@ int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t other,
     return SDPA_OK;
 }
 
-int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
-                           size_t *bytes)
+int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
 {
-    if (!ctx)
-        return SDPA_ERR_NULL_POINTER;
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, sdpa_forward_call(ctx, args));
+}
+
+static int workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                     size_t *bytes)
+{
     if (!bytes)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
                          "sdpa_forward_workspace: bytes is NULL");
@@ -127,4 +134,12 @@ int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
     /* What the context will hold after the call: what it holds now, grown
      * where this call needs more. */
     return sdpa_workspace_total(ctx, &plan, 0, bytes);
+}
+
+int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                           size_t *bytes)
+{
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, workspace(ctx, args, bytes));
 }

@@ -69,7 +69,10 @@
  * 2.35 / 2.68: the widened halves favour the shorter block. */
 #define FUSED_BLOCK_K 64
 /* The materialised path widens or gathers K and V (sdpa_kv_staged) this
- * many keys at a time, so its scratch stays bounded whatever Tk is. */
+ * many keys at a time, so its scratch stays bounded whatever Tk is; its
+ * gemms take this many keys at a time whether staged or not, since a P V
+ * product split over keys sums in another order: paged K/V must give the
+ * bits of contiguous ones. */
 #define MATERIALISED_STAGE_KEYS 512
 
 static int64_t round_up(int64_t x, int64_t to)
@@ -303,6 +306,7 @@ static bool plan_materialised(const sdpa_ctx *ctx, const sdpa_problem *p,
     materialised_reserve(ctx, p, score_ld, &s_elems, &s_rows);
     /* staged q and out: a block's rows widened, and its output rows
      * before they are rounded to out's type */
+    plan->piece_keys = MATERIALISED_STAGE_KEYS;
     if (sdpa_kv_staged(p))
         plan->stage_keys = min64(p->len_k, MATERIALISED_STAGE_KEYS);
     size_t q_count = 0, o_count = 0;

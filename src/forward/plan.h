@@ -39,6 +39,10 @@ typedef struct sdpa_plan {
     size_t off_kt, off_vt;     /* K and V rows widened or gathered for the
                                   BLAS (sdpa_kv_staged), a block at a time */
     int64_t stage_keys;        /* keys of those regions */
+    int64_t piece_keys;        /* materialised: the keys one gemm takes at
+                                  most, staged or not, so that staged
+                                  (paged, half) K/V give the bits of
+                                  contiguous ones; 0: all */
     bool fused;                /* decode: the library's own streaming
                                   kernels (rows.h dot_rows, acc_rows) read
                                   K and V, instead of BLAS gemv/gemm */
@@ -58,12 +62,13 @@ typedef struct sdpa_plan {
 
 int sdpa_make_plan(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan);
 
-/* The end of the piece of keys [a, end) the BLAS takes at once: all of
- * them, or plan->stage_keys when K and V are staged into scratch. */
+/* The end of the piece of keys [a, end) one gemm takes at once: all of
+ * them, or plan->piece_keys (at most stage_keys, the keys staged into
+ * scratch at once). */
 static inline int64_t sdpa_stage_end(const sdpa_plan *plan, int64_t a,
                                      int64_t end)
 {
-    return plan->stage_keys && end - a > plan->stage_keys ? a + plan->stage_keys
+    return plan->piece_keys && end - a > plan->piece_keys ? a + plan->piece_keys
                                                           : end;
 }
 

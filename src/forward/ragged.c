@@ -279,16 +279,22 @@ int sdpa_ragged_check_whole(sdpa_ctx *ctx, const char *who,
             return status;
     }
     const uintptr_t n = (uintptr_t)r->seqs;
-    ranges[used++] = (sdpa_byte_range){"q_offsets", false, (uintptr_t)r->q_off,
-                                       (uintptr_t)(r->q_off + n + 1)};
+    ranges[used++] = (sdpa_byte_range){.name = "q_offsets",
+                                       .is_output = false,
+                                       .begin = (uintptr_t)r->q_off,
+                                       .end = (uintptr_t)(r->q_off + n + 1)};
     if (r->kv_off)
         ranges[used++] =
-            (sdpa_byte_range){"kv_offsets", false, (uintptr_t)r->kv_off,
-                              (uintptr_t)(r->kv_off + n + 1)};
+            (sdpa_byte_range){.name = "kv_offsets",
+                              .is_output = false,
+                              .begin = (uintptr_t)r->kv_off,
+                              .end = (uintptr_t)(r->kv_off + n + 1)};
     if (args->kv_lens)
         ranges[used++] =
-            (sdpa_byte_range){"kv_lens", false, (uintptr_t)args->kv_lens,
-                              (uintptr_t)(args->kv_lens + n)};
+            (sdpa_byte_range){.name = "kv_lens",
+                              .is_output = false,
+                              .begin = (uintptr_t)args->kv_lens,
+                              .end = (uintptr_t)(args->kv_lens + n)};
     if (args->block_table) {
         int64_t stride = args->block_table_stride ? args->block_table_stride
                                                   : args->pages_per_seq;
@@ -301,9 +307,11 @@ int sdpa_ragged_check_whole(sdpa_ctx *ctx, const char *who,
                              "%s: the block table (%lld rows of stride %lld) "
                              "overflows the address space",
                              who, (long long)r->seqs, (long long)stride);
-        ranges[used++] = (sdpa_byte_range){
-            "block_table", false, (uintptr_t)args->block_table,
-            (uintptr_t)args->block_table + bytes};
+        ranges[used++] =
+            (sdpa_byte_range){.name = "block_table",
+                              .is_output = false,
+                              .begin = (uintptr_t)args->block_table,
+                              .end = (uintptr_t)args->block_table + bytes};
     }
     return sdpa_check_disjoint(ctx, who, ranges, used);
 }

@@ -10,6 +10,7 @@
 #include "forward/ragged_forward.h"
 #include "core/checked.h"
 #include "core/tensor_check.h"
+#include "forward/forward.h"
 #include "forward/plan.h"
 #include "forward/ragged.h"
 #include "forward/validate.h"
@@ -281,7 +282,7 @@ int sdpa_ragged_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
         status = sdpa_scratch_reserve(ctx, WHO, plan.reserve_workers,
                                       plan.worker_bytes, plan.shared_bytes);
     if (status == SDPA_OK)
-        status = sdpa_pool_reserve(ctx, WHO, plan.reserve_workers);
+        status = sdpa_pool_reserve(ctx, WHO, plan.reserve_workers, t.items);
     if (status != SDPA_OK)
         return status;
     sdpa_part *parts = ctx->parts.ptr;

@@ -286,9 +286,10 @@ static int check_block_table(sdpa_ctx *ctx, const char *who,
                                  (long long)((c + 1) * page), (long long)b);
         }
     }
-    *range =
-        (sdpa_byte_range){"block_table", false, (uintptr_t)args->block_table,
-                          (uintptr_t)args->block_table + bytes};
+    *range = (sdpa_byte_range){.name = "block_table",
+                               .is_output = false,
+                               .begin = (uintptr_t)args->block_table,
+                               .end = (uintptr_t)args->block_table + bytes};
     return SDPA_OK;
 }
 
@@ -481,8 +482,10 @@ static int check_keys(sdpa_ctx *ctx, const char *who,
                                  who, (long long)b, (long long)args->kv_lens[b],
                                  (long long)tk);
         ranges[(*count)++] =
-            (sdpa_byte_range){"kv_lens", false, (uintptr_t)args->kv_lens,
-                              (uintptr_t)(args->kv_lens + n)};
+            (sdpa_byte_range){.name = "kv_lens",
+                              .is_output = false,
+                              .begin = (uintptr_t)args->kv_lens,
+                              .end = (uintptr_t)(args->kv_lens + n)};
     }
     if (paged) {
         int status =

@@ -266,6 +266,11 @@ int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
                          "%s%s->block_table is set, but the layer makes k "
                          "and v itself, unpaged: leave the paging fields 0",
                          who, field);
+    if (f->seqs || f->q_offsets || f->kv_offsets)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_RAGGED,
+                         "%s%s->seqs, q_offsets or kv_offsets is set, but "
+                         "the layer takes rectangular batches: leave them 0",
+                         who, field);
     if (f->dtype != 0 && f->dtype != dtype)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
                          "%s%s->dtype is %d, but dtype is %d%s", who, field,

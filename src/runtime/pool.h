@@ -59,9 +59,12 @@ static inline int64_t sdpa_visit_position(int64_t item, int64_t items,
     return item % columns * rows + item / columns;
 }
 /* Starts the context's workers up to `workers` (the caller's thread is
- * worker 0) before the computation, so that running them later allocates
+ * worker 0) before the computation, or with the caller's parallel-for
+ * makes its job record and the bits of up to max_items items (the most
+ * items of any phase of the call), so that running them later allocates
  * nothing and cannot fail half way. */
-int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers);
+int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers,
+                      int64_t max_items);
 void sdpa_pool_destroy(sdpa_ctx *ctx);
 
 #endif /* SDPA_RUNTIME_POOL_H */
