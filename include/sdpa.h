@@ -635,8 +635,11 @@ typedef struct sdpa_mha_args {
 SDPA_API int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args);
 
 /* Validate args and plan the call without computing: *bytes receives the
- * scratch the call will hold in the context (what sdpa_forward would grow it
- * to; already-held scratch counts). Nothing is allocated or written.
+ * memory the context will hold after the call: the workers' scratch, the
+ * shared partials, a ragged call's sequence records, the caller's
+ * parallel-for's item records and the layer's buffer, as sdpa_forward
+ * would grow them (already-held memory counts; the thread pool's own
+ * bookkeeping does not). Nothing is allocated or written.
  *
  * Scratch is kept between calls: a call allocates nothing after an earlier
  * one on the same context that took the same path with the same dtype,

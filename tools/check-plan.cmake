@@ -92,3 +92,24 @@ if(_each EQUAL 0 OR NOT _whole EQUAL _records OR NOT _each EQUAL CMAKE_MATCH_2
    OR NOT _sum EQUAL _total)
   message(FATAL_ERROR "the scratch ${_total} is not 2 x ${_largest} + ${_partials} + 4 records of ${CMAKE_MATCH_2}")
 endif()
+
+# The keys a row sees, and the warning for one row against a cache anchored
+# top-left (PyTorch's is_causal=True): key 0 only.
+execute_process(COMMAND ${TOOL} plan --tq 1 --tk 4096 --dk 128 --hq 32
+                        --hkv 8 --causal top-left
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "sdpa plan top-left: exit status ${rc}: ${err}")
+endif()
+if(NOT out MATCHES "\nkeys seen +query row 0: keys 0\\.\\.0\n +top-left with Tq < Tk: query row 0 sees key 0 only")
+  message(FATAL_ERROR "expected key 0 only and the top-left warning:\n${out}")
+endif()
+execute_process(COMMAND ${TOOL} plan --tq 4 --tk 100 --dk 64
+                        --causal bottom-right
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT out MATCHES "\nkeys seen +query row 0: keys 0\\.\\.96; query row 3: keys 0\\.\\.99\n")
+  message(FATAL_ERROR "expected rows 0 and 3 to see keys 0..96 and 0..99:\n${out}")
+endif()
+if(out MATCHES "top-left with")
+  message(FATAL_ERROR "no warning expected for bottom-right:\n${out}")
+endif()

@@ -361,6 +361,35 @@ int plan_auto_path(const size_t bytes[4], const bool ok[4], int rule,
     return auto_path;
 }
 
+/* The keys the first and the last query row see (docs/SEMANTICS.md, the
+ * causal anchors), and a warning for the case that catches ports: a few
+ * query rows against a longer cache, anchored top-left, see only the
+ * first keys (PyTorch's is_causal=True is top-left; a decoder wants
+ * bottom-right). */
+static void print_keys_seen(const plan_opts *o)
+{
+    const int64_t rows[2] = {0, o->tq - 1};
+    printf("keys seen        ");
+    for (int r = 0; r < (o->tq > 1 ? 2 : 1); r++) {
+        int64_t i = rows[r], last = o->tk - 1;
+        if (o->causal == SDPA_CAUSAL_TOP_LEFT)
+            last = i < last ? i : last;
+        else if (o->causal == SDPA_CAUSAL_BOTTOM_RIGHT)
+            last = i + o->tk - o->tq;
+        if (last < 0)
+            printf("%squery row %lld: none", r ? "; " : "", (long long)i);
+        else
+            printf("%squery row %lld: keys 0..%lld", r ? "; " : "",
+                   (long long)i, (long long)last);
+    }
+    printf("\n");
+    if (o->causal == SDPA_CAUSAL_TOP_LEFT && o->tq < o->tk)
+        printf("                 top-left with Tq < Tk: query row 0 sees key "
+               "0 only; new tokens\n"
+               "                 against a cache want --causal "
+               "bottom-right\n");
+}
+
 static int plan_rectangular(const plan_opts *o)
 {
     const uint64_t elem = o->dtype ? sizeof(double) : sizeof(float);
@@ -444,6 +473,7 @@ static int plan_rectangular(const plan_opts *o)
     else
         printf("flops            %.4g  (%s; %llu allowed scores per head)\n",
                flops_d, buf, (unsigned long long)allowed);
+    print_keys_seen(o);
     tool_format_bytes(tt_d, buf, sizeof buf);
     if (tt_ok)
         printf("scores T x T     %llu bytes  (%s, materialised)\n",

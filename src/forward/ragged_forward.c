@@ -124,7 +124,7 @@ static int check_call(sdpa_ctx *ctx, const sdpa_forward_args *args,
                              WHO, (long long)b);
     }
     if (t->parts == 0)
-        return SDPA_OK;
+        return sdpa_validate_settings(ctx, WHO, args);
     /* the storage types are the call's: any part's */
     const sdpa_problem *p = &part.problem;
     const size_t es = sdpa_dtype_size(p->dtype);
@@ -320,6 +320,5 @@ int sdpa_ragged_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
         return status;
     sdpa_plan plan;
     master_plan(ctx, &t, &plan);
-    return sdpa_workspace_total(
-        ctx, &plan, parts > ctx->parts.size ? parts : ctx->parts.size, bytes);
+    return sdpa_workspace_total(ctx, &plan, parts, bytes);
 }

@@ -557,3 +557,26 @@ int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
         return check_rows_have_keys(ctx, who, p);
     return SDPA_OK;
 }
+
+int sdpa_validate_settings(sdpa_ctx *ctx, const char *who,
+                           const sdpa_forward_args *args)
+{
+    int compute = SDPA_FLOAT32;
+    int status = check_types(ctx, who, args, &compute);
+    if (status == SDPA_OK)
+        status = check_scalars(ctx, who, args, compute);
+    if (status != SDPA_OK)
+        return status;
+    const struct {
+        const char *name;
+        const void *data;
+    } required[4] = {{"q", args->q.data},
+                     {"k", args->k.data},
+                     {"v", args->v.data},
+                     {"out", args->out.data}};
+    for (int i = 0; i < 4; i++)
+        if (!required[i].data)
+            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, "%s: %s.data is NULL",
+                             who, required[i].name);
+    return SDPA_OK;
+}
