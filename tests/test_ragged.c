@@ -1063,9 +1063,8 @@ static void test_ragged_refusals(void **state)
     a.v = sdpa_tensor_bhtd(f.v, 2, 1, 2, RF_D);
     a.block_table = pages;
     a.pages_per_seq = 2;
-    REFUSED(&f, &a, SDPA_ERR_BAD_PAGE, "block_table[0][0] is 2");
-    assert_true(strncmp(sdpa_ctx_last_error(f.ctx),
-                        "sdpa_forward: sequence 2: ", 26) == 0);
+    REFUSED(&f, &a, SDPA_ERR_BAD_PAGE, "block_table[2][0] is 2",
+            "keys [0, 2) of sequence 2");
     pages[4] = 1;
     pages[5] = 0;
     assert_int_equal(sdpa_forward(f.ctx, &a), SDPA_OK);
@@ -1142,6 +1141,35 @@ static void test_ragged_refusals(void **state)
 }
 
 /* ---- A NaN in one sequence. --------------------------------------------- */
+
+/* Packed keys of which no sequence has any: k and v with T = 0. Under
+ * the zero-row policy every row is a zero row with lse -inf (what each
+ * sequence alone gives); under the default it is the located error. */
+static void test_ragged_no_keys_at_all(void **state)
+{
+    (void)state;
+    refusal f;
+    refusal_make(&f);
+    sdpa_forward_args a = f.a;
+    const int64_t none[RF_SEQS + 1] = {0, 0, 0, 0};
+    a.kv_offsets = none;
+    a.kv_lens = NULL;
+    a.k.shape[2] = a.v.shape[2] = 0;
+    REFUSED(&f, &a, SDPA_ERR_FULLY_MASKED_ROW, "sequence 0", "no allowed key");
+    tp_set(f.ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
+    fill_sentinel(f.out, sizeof f.out);
+    fill_sentinel(f.lse, sizeof f.lse);
+    int status = sdpa_forward(f.ctx, &a);
+    if (status != SDPA_OK)
+        fail_msg("no keys: %d (%s)", status, sdpa_ctx_last_error(f.ctx));
+    const float *out = (const float *)(void *)f.out;
+    const float *lse = (const float *)(void *)f.lse;
+    for (size_t i = 0; i < RF_HQ * RF_TQ * RF_D; i++)
+        assert_true(out[i] == 0.0f);
+    for (size_t i = 0; i < RF_HQ * RF_TQ; i++)
+        assert_true(lse[i] == -INFINITY);
+    sdpa_ctx_destroy(f.ctx);
+}
 
 static void test_ragged_nonfinite(void **state)
 {
@@ -1370,6 +1398,7 @@ int main(void)
         cmocka_unit_test(test_ragged_paged_keys),
         cmocka_unit_test(test_ragged_packed_layout),
         cmocka_unit_test(test_ragged_refusals),
+        cmocka_unit_test(test_ragged_no_keys_at_all),
         cmocka_unit_test(test_ragged_nonfinite),
         cmocka_unit_test(test_ragged_workspace),
         cmocka_unit_test(test_ragged_layer_and_merge),
