@@ -179,51 +179,29 @@ static int check_keys(sdpa_ctx *ctx, const char *who,
     return SDPA_OK;
 }
 
-/* The block table's entries under each sequence's valid keys name pages
- * of the pool: checked here with the table's own indices (each
- * sequence's call then sees a table of one row). kv_lens is checked
- * after this: a length beyond the table is refused there, and the pages
- * read stop at the table's width. Sequences without query rows read
- * nothing: their rows are not looked at. */
-static int check_pages(sdpa_ctx *ctx, const char *who,
-                       const sdpa_forward_args *args, const sdpa_ragged *r)
+int sdpa_ragged_page_error(sdpa_ctx *ctx, const char *who,
+                           const sdpa_forward_args *args, const sdpa_ragged *r,
+                           int64_t b)
 {
     const int64_t cols = args->pages_per_seq, page = args->k.shape[T_DIM];
     const int64_t pool = args->k.shape[N_DIM];
-    if (cols < 1 || page < 1 || args->block_table_stride < 0 ||
-        (args->block_table_stride != 0 && args->block_table_stride < cols) ||
-        cols > INT64_MAX / page)
-        return SDPA_OK; /* refused by each sequence's own checks */
     const int64_t stride =
         args->block_table_stride ? args->block_table_stride : cols;
-    size_t entries, bytes;
-    if (!sdpa_mul_size((size_t)(r->seqs - 1), (size_t)stride, &entries) ||
-        !sdpa_add_size(entries, (size_t)cols, &entries) ||
-        !sdpa_mul_size(entries, sizeof(int32_t), &bytes) ||
-        (uintptr_t)args->block_table > UINTPTR_MAX - bytes)
-        return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         "%s: the block table (%lld rows of stride %lld) "
-                         "overflows the address space",
-                         who, (long long)r->seqs, (long long)stride);
-    for (int64_t b = 0; b < r->seqs; b++) {
-        if (sdpa_seq_rows(r, b) == 0)
-            continue;
-        int64_t valid = args->kv_lens ? args->kv_lens[b] : cols * page;
-        if (valid < 0 || valid > cols * page)
-            continue; /* refused with kv_lens */
-        for (int64_t c = 0; c < (valid + page - 1) / page; c++) {
-            int32_t entry = args->block_table[b * stride + c];
-            if (entry < 0 || entry >= pool)
-                return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
-                                 "%s: block_table[%lld][%lld] is %d, outside "
-                                 "the pool's %lld pages (k.shape[0]); it holds "
-                                 "keys [%lld, %lld) of sequence %lld",
-                                 who, (long long)b, (long long)c, entry,
-                                 (long long)pool, (long long)(c * page),
-                                 (long long)((c + 1) * page), (long long)b);
-        }
+    /* the sequence's own checks passed the table's shape and kv_lens */
+    const int64_t valid = args->kv_lens ? args->kv_lens[b] : cols * page;
+    for (int64_t c = 0; c < (valid + page - 1) / page; c++) {
+        int32_t entry = args->block_table[b * stride + c];
+        if (entry < 0 || entry >= pool)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                             "%s: block_table[%lld][%lld] is %d, outside the "
+                             "pool's %lld pages (k.shape[0]); it holds keys "
+                             "[%lld, %lld) of sequence %lld",
+                             who, (long long)b, (long long)c, entry,
+                             (long long)pool, (long long)(c * page),
+                             (long long)((c + 1) * page), (long long)b);
     }
-    return SDPA_OK;
+    (void)r;
+    return SDPA_ERR_BAD_PAGE; /* another page field: its message stands */
 }
 
 int sdpa_ragged_check(sdpa_ctx *ctx, const char *who,
@@ -245,8 +223,6 @@ int sdpa_ragged_check(sdpa_ctx *ctx, const char *who,
         status = check_rows(ctx, who, rows, row_count, total_q);
     if (status == SDPA_OK)
         status = check_keys(ctx, who, args, r);
-    if (status == SDPA_OK && r->keys == SDPA_KEYS_PAGED)
-        status = check_pages(ctx, who, args, r);
     if (status != SDPA_OK || !args->kv_lens)
         return status;
     for (int64_t b = 0; b < r->seqs; b++) {

@@ -19,6 +19,7 @@
 #include "runtime/pool.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define WHO "sdpa_forward"
 
@@ -61,6 +62,8 @@ static int make_part(sdpa_ctx *ctx, const sdpa_forward_args *args,
     sdpa_ragged_slice(args, r, b, &sub);
     int status = sdpa_validate_call(ctx, sdpa_seq_who(who, sizeof who, WHO, b),
                                     &sub, &part->problem);
+    if (status == SDPA_ERR_BAD_PAGE && strstr(ctx->message, "block_table["))
+        return sdpa_ragged_page_error(ctx, WHO, args, r, b);
     if (status == SDPA_OK)
         status = sdpa_make_plan(ctx, &part->problem, &part->plan);
     if (status != SDPA_OK)

@@ -1165,7 +1165,13 @@ static void run(void)
     if (in.expect && !in.after_sequences)
         expect = in.expect;
     else if (rows == 0)
-        expect = FZ_BIT(SDPA_OK); /* nothing to do, nothing checked */
+        /* nothing to do: only the settings and the required tensors'
+         * presence are checked (a bad type, flag, causal mode, scale or
+         * soft-cap; a NULL q, k, v or out) */
+        expect = FZ_BIT(SDPA_OK) | FZ_BIT(SDPA_ERR_BAD_DTYPE) |
+                 FZ_BIT(SDPA_ERR_BAD_FLAGS) | FZ_BIT(SDPA_ERR_BAD_CAUSAL) |
+                 FZ_BIT(SDPA_ERR_BAD_SCALE) | FZ_BIT(SDPA_ERR_BAD_SOFTCAP) |
+                 FZ_BIT(SDPA_ERR_NULL_POINTER);
     else if (o.first >= 0)
         /* the ragged call may see the injection in a sequence before */
         expect = FZ_BIT(o.status[o.first]) | (in.expect & ~FZ_BIT(SDPA_OK));
@@ -1201,7 +1207,16 @@ static void run(void)
             CHECK(strstr(msg, in.word), "message \"%s\" lacks \"%s\"", msg,
                   in.word);
         if (o.first >= 0 && st == o.status[o.first] &&
-            !(in.expect & FZ_BIT(st))) {
+            st == SDPA_ERR_BAD_PAGE) {
+            /* checked for the whole table, with its own row index */
+            char row[48], seq[48];
+            snprintf(row, sizeof row, "sdpa_forward: block_table[%lld][",
+                     (long long)o.first);
+            snprintf(seq, sizeof seq, "of sequence %lld", (long long)o.first);
+            CHECK(strncmp(msg, row, strlen(row)) == 0 && strstr(msg, seq),
+                  "message \"%s\" lacks \"%s\" or \"%s\"", msg, row, seq);
+        } else if (o.first >= 0 && st == o.status[o.first] &&
+                   !(in.expect & FZ_BIT(st))) {
             char want[640];
             snprintf(want, sizeof want, "sdpa_forward: sequence %lld: %s",
                      (long long)o.first, o.first_message + 14);
