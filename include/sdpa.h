@@ -27,10 +27,11 @@
  * call never returns SDPA_OK with a NaN or infinite output.
  * sdpa_ctx_last_error() says what went wrong and where.
  *
- * Threads. A context is used by one thread at a time; any number of contexts
- * may run in parallel. SDPA_OPT_NUM_THREADS splits one call over workers of
- * the context's own; results are bitwise identical for every value. The
- * library never changes BLAS threading settings (docs/THREADS.md).
+ * Threads. A context is used by one thread at a time, one call at a time
+ * (a call on a context that is inside a call returns SDPA_ERR_BUSY); any
+ * number of contexts may run in parallel. SDPA_OPT_NUM_THREADS splits one call
+ * over workers of the context's own; results are bitwise identical for every
+ * value. The library never changes BLAS threading settings (docs/THREADS.md).
  */
 #ifndef SDPA_H
 #define SDPA_H
@@ -91,10 +92,13 @@ enum {
                                        is conservative),
                                        row stride below the row length, or an
                                        output that overlaps itself */
-    SDPA_ERR_OVERLAP = 8,           /* the address range (first to last
-                                       element) of an output meets another
-                                       output's or an input's: conservative,
-                                       interleaved tensors count too */
+    SDPA_ERR_OVERLAP = 8,           /* an output shares an element with
+                                       another output or an input; views
+                                       of one buffer with the same strides
+                                       and element size are told apart
+                                       element by element (1.2), others
+                                       by their address ranges (first to
+                                       last element): conservative */
     SDPA_ERR_OVERFLOW = 9,          /* an extent overflows size_t or BLAS int */
     SDPA_ERR_BAD_SCALE = 10,        /* scale negative, NaN or infinite, or
                                        above FLT_MAX in a float32 call */
@@ -134,8 +138,11 @@ enum {
                                     not take */
     SDPA_ERR_OFFSETS_START = 29, /* q_offsets[0] or kv_offsets[0] is not 0 */
     SDPA_ERR_OFFSETS_ORDER = 30, /* an offset is below the one before it */
-    SDPA_ERR_OFFSETS_END = 31    /* the last offset (entry seqs) is not the
+    SDPA_ERR_OFFSETS_END = 31,   /* the last offset (entry seqs) is not the
                                     packed tensor's T extent */
+    SDPA_ERR_BUSY = 32           /* 1.2: the context is inside a call (a
+                                    call on it from its parallel-for or a
+                                    task, or from a second thread) */
 };
 
 /* A short fixed description of a status code: "success" for SDPA_OK, a
@@ -277,7 +284,15 @@ enum { SDPA_NUM_THREADS_ALL = -1 };
  * unspecified: the context records which items ran (one bit per item,
  * kept and grown like its scratch). Setting parallel_for NULL returns to the
  * context's own workers. SDPA_ERR_BAD_OPTION_VALUE for workers outside [1,
- * 256]. */
+ * 256]. (1.2) The parallel-for and its tasks must not call into the
+ * context: such a call (forward, workspace, backward, merge, the layer,
+ * the setters) is refused with SDPA_ERR_BUSY and changes nothing, and the
+ * call in progress goes on. A task call made after the parallel-for
+ * returned is ignored (nothing is read or written through it; the call
+ * that handed out the task returns only when no task call of its own is
+ * running); task_arg stays valid until the context is destroyed, and
+ * names its own parallel-for for the next 255 it makes (a call later
+ * still counts as one of the parallel-for in progress). */
 typedef void (*sdpa_task_fn)(void *task_arg, int64_t item, int worker);
 typedef void (*sdpa_parallel_for_fn)(void *user, int64_t items,
                                      sdpa_task_fn task, void *task_arg);
@@ -319,6 +334,21 @@ enum {
     SDPA_LOGITS_MASKED = 3  /* after bias and ALiBi, forbidden
                                keys -inf: what the softmax takes (ONNX 2) */
 };
+
+/* Converts count values from src (of src_type) to dst (of dst_type), 1.2:
+ * SDPA_FLOAT32 to SDPA_FLOAT16 or SDPA_BFLOAT16 rounds to nearest even
+ * (float16 overflows to infinity, NaNs stay NaNs), either half type to
+ * SDPA_FLOAT32 is exact, float32 to float32 copies. The bits are those the
+ * library computes with on every CPU (F16C or AVX-512 where present), so
+ * an engine can convert its caches and outputs without compiler
+ * extensions. SDPA_ERR_BAD_DIM (count < 0), SDPA_ERR_BAD_DTYPE (any other
+ * pair of types), SDPA_ERR_NULL_POINTER (dst or src NULL with count > 0),
+ * SDPA_ERR_OVERFLOW (the bytes pass the address space) or
+ * SDPA_ERR_OVERLAP (dst and src share a byte), checked in this order;
+ * nothing is written then. No context: any thread may call it. See
+ * sdpa_convert(3). */
+SDPA_API int sdpa_convert(int dst_type, void *dst, int src_type,
+                          const void *src, int64_t count);
 
 /* A rank-4 strided view in logical order (N, H, T, D); strides count
  * elements, not bytes. data == NULL marks an optional tensor as absent.
@@ -605,13 +635,18 @@ typedef struct sdpa_mha_args {
 SDPA_API int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args);
 
 /* Validate args and plan the call without computing: *bytes receives the
- * scratch the call will hold in the context (what sdpa_forward would grow it
- * to; already-held scratch counts). Nothing is allocated or written.
+ * memory the context will hold after the call: the workers' scratch, the
+ * shared partials, a ragged call's sequence records, the caller's
+ * parallel-for's item records and the layer's buffer, as sdpa_forward
+ * would grow them (already-held memory counts; the thread pool's own
+ * bookkeeping does not). Nothing is allocated or written.
  *
  * Scratch is kept between calls: a call allocates nothing after an earlier
  * one on the same context that took the same path with the same dtype,
  * options, optional tensors, Dk, Dv and Hq/Hkv, under the same BLAS thread
- * count, when none of N, Hkv, Tq, Tk is larger. Returns SDPA_OK, or the
+ * count and worker count (SDPA_NUM_THREADS_ALL counts as the CPUs it finds
+ * at each call: a process whose affinity grows may allocate once more),
+ * when none of N, Hkv, Tq, Tk is larger. Returns SDPA_OK, or the
  * status sdpa_forward would return for an error found before computing
  * (never SDPA_ERR_OUT_OF_MEMORY or SDPA_ERR_NONFINITE); *bytes is written
  * only on success. See sdpa_forward_workspace(3). */
@@ -633,6 +668,26 @@ static inline sdpa_tensor sdpa_tensor_bthd(void *data, int64_t n, int64_t h,
                                            int64_t t, int64_t d)
 {
     sdpa_tensor x = {data, {n, h, t, d}, {t * h * d, d, h * d, 1}};
+    return x;
+}
+
+/* The first t rows of a cache that holds `capacity` rows per batch item
+ * (1.2): a KV cache allocated for its longest length and filled up to its
+ * current one, in memory order [N, H, capacity, D] (bhtd) or
+ * [N, capacity, H, D] (bthd). With capacity = t they are the two above. */
+static inline sdpa_tensor sdpa_tensor_bhtd_cap(void *data, int64_t n, int64_t h,
+                                               int64_t t, int64_t capacity,
+                                               int64_t d)
+{
+    sdpa_tensor x = {
+        data, {n, h, t, d}, {h * capacity * d, capacity * d, d, 1}};
+    return x;
+}
+static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
+                                               int64_t t, int64_t capacity,
+                                               int64_t d)
+{
+    sdpa_tensor x = {data, {n, h, t, d}, {capacity * h * d, d, h * d, 1}};
     return x;
 }
 

@@ -20,6 +20,7 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/paths/online_softmax.c
     # kernels: the row kernels and CPU detection
     ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_dispatch.c
+    ${CMAKE_CURRENT_LIST_DIR}/kernels/convert.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_portable.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx2.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx512.c

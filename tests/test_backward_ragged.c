@@ -580,29 +580,6 @@ static void count(stats *st, const rcfg *c)
     st->gqa += c->Hkv < c->Hq;
 }
 
-/* out and lse as each sequence's own forward call writes them; the
- * first failure's status. (The ragged forward writes the same bits, but
- * refuses packed keys that are all empty, total_k = 0.) */
-static int forward_by_sequence(sdpa_ctx *ctx, const rcfg *c, const rinst *s)
-{
-    for (int64_t b = 0; b < c->seqs; ++b) {
-        if (c->tq[b] == 0)
-            continue;
-        sdpa_backward_args a = seq_args(s, b);
-        sdpa_forward_args f = forward_of(&a);
-        int rc = sdpa_forward(ctx, &f);
-        if (rc != SDPA_OK)
-            return rc;
-    }
-    return SDPA_OK;
-}
-
-static int forward(sdpa_ctx *ctx, const rcfg *c, rinst *s)
-{
-    return key_rows(c, s) > 0 ? sdpa_forward(ctx, &s->fa)
-                              : forward_by_sequence(ctx, c, s);
-}
-
 /* Runs c: returns 1 when everything held. */
 static int run_config(sdpa_ctx *ctx, const rcfg *c, stats *st)
 {
@@ -610,7 +587,7 @@ static int run_config(sdpa_ctx *ctx, const rcfg *c, stats *st)
     inst_make(&s, c);
     set_common(ctx, c);
     int empty = poison_unseen(c, &s);
-    int rc = forward(ctx, c, &s);
+    int rc = sdpa_forward(ctx, &s.fa);
     int good = 1;
     if (empty && !c->empty_zero) {
         /* refused by the forward, and by the backward, untouched */

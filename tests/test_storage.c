@@ -420,14 +420,7 @@ static pool make_pool(const problem *p, int64_t page, int type, bool vllm,
     pl.table = malloc((size_t)(p->n * pl.stride) * sizeof *pl.table);
     assert_non_null(perm);
     assert_non_null(pl.table);
-    for (int64_t i = 0; i < pages; i++)
-        perm[i] = (int32_t)i;
-    for (int64_t i = pages - 1; i > 0; i--) {
-        int64_t j = rng_int(r, 0, i);
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    tp_permutation(perm, pages, r);
     for (int64_t b = 0; b < p->n; b++)
         for (int64_t c = 0; c < pl.stride; c++)
             pl.table[b * pl.stride + c] =
@@ -727,6 +720,64 @@ static void expect_refusal(sdpa_ctx *ctx, const sdpa_forward_args *a,
     assert_int_equal(sdpa_forward_workspace(ctx, a, &bytes), status);
 }
 
+/* ---- A cache of larger capacity than its length. -------------------- */
+
+/* K and V in caches of capacity 13 rows filled to 9 (the rest NaN, never
+ * read), through sdpa_tensor_b?td_cap, give the bits of compact copies. */
+static void test_capacity_views(void **state)
+{
+    (void)state;
+    enum { N = 2, H = 3, T = 9, CAP = 13, D = 8, TQ = 4 };
+    rng r = {77};
+    float q[N * H * TQ * D], out[N * H * TQ * D], want[N * H * TQ * D];
+    float k[N * H * T * D], v[N * H * T * D];
+    float kc[N * H * CAP * D], vc[N * H * CAP * D];
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        q[i] = (float)rng_sym(&r, 1);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        k[i] = (float)rng_sym(&r, 1);
+        v[i] = (float)rng_sym(&r, 1);
+    }
+    sdpa_ctx *ctx = make_ctx(SDPA_KERNEL_AUTO, SDPA_PATH_AUTO, 1);
+    for (int bthd = 0; bthd < 2; bthd++) {
+        for (size_t i = 0; i < sizeof kc / sizeof kc[0]; i++)
+            kc[i] = vc[i] = NAN;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t d = 0; d < D; d++) {
+                        int64_t from = ((n * H + h) * T + t) * D + d;
+                        int64_t to = bthd ? ((n * CAP + t) * H + h) * D + d
+                                          : ((n * H + h) * CAP + t) * D + d;
+                        kc[to] = k[from];
+                        vc[to] = v[from];
+                    }
+        sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+        a.dtype = SDPA_FLOAT32;
+        a.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
+        a.q = sdpa_tensor_bhtd(q, N, H, TQ, D);
+        a.k = sdpa_tensor_bhtd(k, N, H, T, D);
+        a.v = sdpa_tensor_bhtd(v, N, H, T, D);
+        a.out = sdpa_tensor_bhtd(want, N, H, TQ, D);
+        assert_int_equal(sdpa_forward(ctx, &a), SDPA_OK);
+        a.k = bthd ? sdpa_tensor_bthd_cap(kc, N, H, T, CAP, D)
+                   : sdpa_tensor_bhtd_cap(kc, N, H, T, CAP, D);
+        a.v = bthd ? sdpa_tensor_bthd_cap(vc, N, H, T, CAP, D)
+                   : sdpa_tensor_bhtd_cap(vc, N, H, T, CAP, D);
+        a.out = sdpa_tensor_bhtd(out, N, H, TQ, D);
+        assert_int_equal(sdpa_forward(ctx, &a), SDPA_OK);
+        assert_memory_equal(out, want, sizeof out);
+    }
+    /* capacity = length: the plain constructors */
+    sdpa_tensor x = sdpa_tensor_bthd_cap(k, N, H, T, T, D);
+    sdpa_tensor y = sdpa_tensor_bthd(k, N, H, T, D);
+    assert_memory_equal(&x, &y, sizeof x);
+    x = sdpa_tensor_bhtd_cap(k, N, H, T, T, D);
+    y = sdpa_tensor_bhtd(k, N, H, T, D);
+    assert_memory_equal(&x, &y, sizeof x);
+    sdpa_ctx_destroy(ctx);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -797,6 +848,7 @@ int main(void)
         cmocka_unit_test(test_paged_equals_contiguous),
         cmocka_unit_test(test_caller_threads),
         cmocka_unit_test(test_paged_chunk_order),
+        cmocka_unit_test(test_capacity_views),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -672,17 +672,38 @@ void mpi_write_result(mpi_job *j)
             }
 }
 
+/* Every rank's kv_lens hold the same values: the smallest and the largest
+ * of each item over the ranks, compared (a hash of them could collide), a
+ * fixed number of items at a time so that nothing is allocated. Called by
+ * every rank once N and the presence of kv_lens are agreed on: every rank
+ * makes the same calls and reaches the same verdict. */
+static int same_kv_lens(const mpi_job *j)
+{
+    enum { AT_ONCE = 256 };
+    int64_t low[AT_ONCE], high[AT_ONCE];
+    for (int64_t b0 = 0; b0 < j->n; b0 += AT_ONCE) {
+        int count = (int)(j->n - b0 < AT_ONCE ? j->n - b0 : AT_ONCE);
+        MPI_Allreduce(j->a.kv_lens + b0, low, count, MPI_INT64_T, MPI_MIN,
+                      j->comm);
+        MPI_Allreduce(j->a.kv_lens + b0, high, count, MPI_INT64_T, MPI_MAX,
+                      j->comm);
+        for (int i = 0; i < count; i++)
+            if (low[i] != high[i])
+                return mpi_fail(SDPA_ERR_BAD_KV_LEN,
+                                "%s: kv_lens[%lld] is not the same on every "
+                                "rank: it ranges from %lld to %lld (this rank "
+                                "%d has %lld)",
+                                j->fn, (long long)(b0 + i), (long long)low[i],
+                                (long long)high[i], j->rank,
+                                (long long)j->a.kv_lens[b0 + i]);
+    }
+    return SDPA_OK;
+}
+
 int mpi_exchange(mpi_job *j, int layout, bool same_rows, int64_t *table)
 {
     const sdpa_forward_args *a = &j->a;
     int64_t mine[DESC_COUNT];
-    uint64_t hash = 0;
-    if (a->kv_lens) {
-        hash = 1469598103934665603ull;
-        for (int64_t b = 0; b < j->n; b++)
-            hash = (hash ^ (uint64_t)a->kv_lens[b]) * 1099511628211ull;
-        hash |= 1; /* never 0 */
-    }
     mine[DESC_DTYPE] = a->dtype;
     mine[DESC_CAUSAL] = a->causal;
     mine[DESC_FLAGS] = a->flags;
@@ -692,7 +713,7 @@ int mpi_exchange(mpi_job *j, int layout, bool same_rows, int64_t *table)
     mine[DESC_DK] = j->dk;
     mine[DESC_DV] = j->dv;
     mine[DESC_NK] = j->nk;
-    mine[DESC_KVLENS] = (int64_t)hash;
+    mine[DESC_KVLENS] = a->kv_lens != NULL; /* the values: same_kv_lens */
     mine[DESC_MASK] = a->mask.data != NULL;
     mine[DESC_BIAS] = a->bias.data != NULL;
     memcpy(&mine[DESC_SCALE], &a->scale, sizeof(double));
@@ -716,7 +737,7 @@ int mpi_exchange(mpi_job *j, int layout, bool same_rows, int64_t *table)
         [DESC_DK] = {"Dk (q.shape[3])", SDPA_ERR_SHAPE_MISMATCH},
         [DESC_DV] = {"Dv (v.shape[3])", SDPA_ERR_SHAPE_MISMATCH},
         [DESC_NK] = {"k.shape[0]", SDPA_ERR_SHAPE_MISMATCH},
-        [DESC_KVLENS] = {"kv_lens (hash)", SDPA_ERR_BAD_KV_LEN},
+        [DESC_KVLENS] = {"kv_lens (present)", SDPA_ERR_BAD_KV_LEN},
         [DESC_MASK] = {"a mask (present)", SDPA_ERR_SHAPE_MISMATCH},
         [DESC_BIAS] = {"a bias (present)", SDPA_ERR_SHAPE_MISMATCH},
         [DESC_SCALE] = {"scale (bits)", SDPA_ERR_BAD_SCALE},
@@ -735,5 +756,5 @@ int mpi_exchange(mpi_job *j, int layout, bool same_rows, int64_t *table)
                                 j->fn, r, field[f].what,
                                 (long long)table[r * DESC_COUNT + f],
                                 (long long)table[f]);
-    return SDPA_OK;
+    return a->kv_lens ? same_kv_lens(j) : SDPA_OK;
 }

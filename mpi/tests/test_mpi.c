@@ -456,6 +456,56 @@ static void run_decode(const cfg *c, uint64_t seed, sdpa_ctx *ctx, int expect)
 /* ---- Errors ---------------------------------------------------------------
  */
 
+/* kv_lens that disagree between ranks are refused on every rank with the
+ * values in the message, whatever they are: rank 0's {898, 435, 0} and
+ * rank 1's {899, 435, 189225} have the same 64-bit FNV-1a hash, which is
+ * all that 1.1 compared. Decode: one query row per item, the keys split. */
+static void run_kv_lens_disagree(sdpa_ctx *ctx)
+{
+    g_cases++;
+    enum { N = 3, D = 4 };
+    const int64_t total = 189226;
+    const int64_t mine = (total + g_ranks - 1) / g_ranks;
+    float q[N * D], out[N * D];
+    float *k = calloc((size_t)(N * mine * D), sizeof *k);
+    float *v = calloc((size_t)(N * mine * D), sizeof *v);
+    if (!k || !v)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    for (int i = 0; i < N * D; i++)
+        q[i] = 0.25f * (float)(i % 5);
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    a.dtype = SDPA_FLOAT32;
+    a.q = bhtd(q, N, 1, 1, D);
+    a.k = bhtd(k, N, 1, mine, D);
+    a.v = bhtd(v, N, 1, mine, D);
+    a.out = bhtd(out, N, 1, 1, D);
+    static const int64_t lens[2][N] = {{898, 435, 0}, {899, 435, 189225}};
+    a.kv_lens = lens[g_rank % 2];
+    sdpa_mpi_args m = SDPA_MPI_ARGS_INIT;
+    m.attn = &a;
+    sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, SDPA_EMPTY_ROWS_ZERO);
+    memset(out, 0xA5, sizeof out);
+    int status = sdpa_mpi_decode(ctx, MPI_COMM_WORLD, &m);
+    if (g_ranks > 1) {
+        CHECK(status == SDPA_ERR_BAD_KV_LEN, "disagreeing kv_lens: %s",
+              sdpa_status_string(status));
+        CHECK(strstr(sdpa_mpi_last_error(), "kv_lens[0]") &&
+                  strstr(sdpa_mpi_last_error(), "from 898 to 899"),
+              "message '%s'", sdpa_mpi_last_error());
+        int touched = 0;
+        for (size_t i = 0; i < sizeof out; i++)
+            touched |= ((unsigned char *)out)[i] != 0xA5;
+        CHECK(!touched, "disagreeing kv_lens: out written");
+    }
+    /* the same values everywhere: accepted */
+    a.kv_lens = lens[1];
+    status = sdpa_mpi_decode(ctx, MPI_COMM_WORLD, &m);
+    CHECK(status == SDPA_OK, "agreeing kv_lens: %s (%s)",
+          sdpa_status_string(status), sdpa_mpi_last_error());
+    free(k);
+    free(v);
+}
+
 static void run_errors(sdpa_ctx *ctx)
 {
     g_cases++;
@@ -716,6 +766,7 @@ int main(int argc, char **argv)
     dnan.poison = 1;
     run_decode(&dnan, 304, ctx, SDPA_ERR_NONFINITE);
     run_errors(ctx);
+    run_kv_lens_disagree(ctx);
 
     int total = 0;
     MPI_Allreduce(&g_failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

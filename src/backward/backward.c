@@ -47,7 +47,7 @@
 
 #define WHO SDPA_BACKWARD_WHO
 
-int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
+int sdpa_backward_call(sdpa_ctx *ctx, const sdpa_backward_args *args)
 {
     sdpa_backward_args known;
     int status = sdpa_backward_import(ctx, args, &known);
@@ -64,12 +64,8 @@ int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
         status = sdpa_scratch_reserve(ctx, WHO, plan.run.reserve_workers,
                                       plan.worker_bytes, 0);
     if (status == SDPA_OK)
-        status = sdpa_pool_reserve(ctx, WHO, plan.run.reserve_workers);
-    /* the split's second pass may have more items than its first */
-    if (status == SDPA_OK && plan.split)
-        status = sdpa_pool_reserve_items(
-            ctx, WHO,
-            plan.kv_items > plan.q_items ? plan.kv_items : plan.q_items);
+        status = sdpa_pool_reserve(ctx, WHO, plan.run.reserve_workers,
+                                   sdpa_backward_most_items(&plan));
     if (status != SDPA_OK)
         return status;
     sdpa_where where = {-1, -1, -1};
@@ -86,4 +82,11 @@ int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
         return status;
     ctx->message[0] = '\0';
     return SDPA_OK;
+}
+
+int sdpa_backward(sdpa_ctx *ctx, const sdpa_backward_args *args)
+{
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, sdpa_backward_call(ctx, args));
 }

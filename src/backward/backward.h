@@ -106,4 +106,16 @@ static inline bool sdpa_backward_is_ragged(const sdpa_backward_args *a)
     return a->seqs != 0 || a->q_offsets || a->kv_offsets;
 }
 
+/* The most items of any pass of the plan. */
+static inline int64_t sdpa_backward_most_items(const sdpa_bwd_plan *plan)
+{
+    int64_t most = plan->run.work_items;
+    most = plan->kv_items > most ? plan->kv_items : most;
+    return plan->q_items > most ? plan->q_items : most;
+}
+
+/* sdpa_backward inside a call already in progress on ctx (sdpa_enter):
+ * the layer's backward. */
+int sdpa_backward_call(sdpa_ctx *ctx, const sdpa_backward_args *args);
+
 #endif /* SDPA_BACKWARD_BACKWARD_H */

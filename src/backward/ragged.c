@@ -20,6 +20,7 @@
 #include "core/checked.h"
 #include "core/tensor_check.h"
 #include "forward/ragged.h"
+#include "forward/validate.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +65,9 @@ typedef struct ragged_plan {
 
 /* What the whole call needs, summed or maximised over its parts. */
 typedef struct ragged_totals {
-    int64_t parts;
-    int64_t most_items, most_q_items; /* upper bounds of the phases */
+    int64_t parts, with_rows;         /* with_rows: calls of their own */
+    int64_t most_items, most_q_items; /* the phases, at most (a split
+                                         decided later only lowers them) */
     double work;                      /* gemms of every call's single pass */
     size_t worker_bytes;
     bool blas_owns_cores;
@@ -194,6 +196,7 @@ static bool add_part(ragged_totals *t, const bwd_part *part)
         return false;
     t->most_items += part->items;
     t->most_q_items += part->q_items;
+    t->with_rows += part->kind != PART_NO_ROWS;
     if (part->kind != PART_CALL)
         return true;
     const sdpa_bwd_plan *pl = &part->plan;
@@ -230,9 +233,9 @@ static int check_key_gradients(sdpa_ctx *ctx, const sdpa_backward_args *a,
     return SDPA_OK;
 }
 
-/* The whole tensors (ragged.h: sdpa_ragged_check_whole), those with no
- * row (a T extent of 0: nothing of them is read or written) left out, and
- * the per-head arrays as [1, 1, 1, Hq] views. */
+/* The whole tensors (ragged.h: sdpa_ragged_check_whole, which passes
+ * over views without elements), the per-head arrays as [1, 1, 1, Hq]
+ * views. */
 static int check_whole(sdpa_ctx *ctx, const sdpa_backward_args *a,
                        const sdpa_forward_args *f, const sdpa_ragged *r)
 {
@@ -243,8 +246,7 @@ static int check_whole(sdpa_ctx *ctx, const sdpa_backward_args *a,
     slopes.data = (void *)(uintptr_t)a->alibi_slopes;
     sinks.data = (void *)(uintptr_t)a->sinks;
     dsinks.data = a->dsinks;
-    enum { ALL = 12 };
-    const sdpa_whole_tensor all[ALL] = {
+    const sdpa_whole_tensor all[12] = {
         {"q", &a->q, es, false, false},
         {"k", &a->k, es, false, false},
         {"v", &a->v, es, false, false},
@@ -257,14 +259,30 @@ static int check_whole(sdpa_ctx *ctx, const sdpa_backward_args *a,
         {"alibi_slopes", &slopes, ds, false, false},
         {"sinks", &sinks, ds, false, false},
         {"dsinks", &dsinks, ds, true, false}};
-    enum { PER_HEAD = 9 }; /* the arrays from all[9] on */
-    sdpa_whole_tensor kept[ALL];
-    int count = 0;
-    for (int i = 0; i < ALL; i++)
-        if (all[i].tensor->data && all[i].tensor->shape[T_DIM] > 0 &&
-            (i < PER_HEAD || hq > 0))
-            kept[count++] = all[i];
-    return sdpa_ragged_check_whole(ctx, WHO, f, r, kept, count);
+    return sdpa_ragged_check_whole(ctx, WHO, f, r, all, 12);
+}
+
+/* A call of which no sequence has query rows computes no gradient of a
+ * row, yet is held to the settings and the required tensors, as the
+ * forward's (forward/validate.h). */
+static int check_settings(sdpa_ctx *ctx, const sdpa_backward_args *a,
+                          const sdpa_forward_args *f)
+{
+    int status = sdpa_validate_settings(ctx, WHO, f);
+    if (status != SDPA_OK)
+        return status;
+    const struct {
+        const char *name;
+        const void *data;
+    } required[4] = {{"dout", a->dout.data},
+                     {"dq", a->dq.data},
+                     {"dk", a->dk.data},
+                     {"dv", a->dv.data}};
+    for (int i = 0; i < 4; i++)
+        if (!required[i].data)
+            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, "%s: %s.data is NULL",
+                             WHO, required[i].name);
+    return SDPA_OK;
 }
 
 /* Every check of the call, and its totals: nothing is allocated or
@@ -308,7 +326,9 @@ static int check_call(sdpa_ctx *ctx, const sdpa_backward_args *a,
                              "overflow a size",
                              WHO, (long long)b);
     }
-    return check_whole(ctx, a, f, r);
+    if (t->with_rows == 0)
+        status = check_settings(ctx, a, f);
+    return status == SDPA_OK ? check_whole(ctx, a, f, r) : status;
 }
 
 /* The bytes of the parts and their slots. */
@@ -537,7 +557,7 @@ int sdpa_ragged_backward(sdpa_ctx *ctx, const sdpa_backward_args *a)
         status = sdpa_scratch_reserve(ctx, WHO, rp.run.reserve_workers,
                                       t.worker_bytes, 0);
     if (status == SDPA_OK)
-        status = sdpa_pool_reserve(ctx, WHO, rp.run.reserve_workers);
+        status = sdpa_pool_reserve(ctx, WHO, rp.run.reserve_workers, most);
     if (status != SDPA_OK)
         return status;
     bwd_part *parts = ctx->parts.ptr;
@@ -546,10 +566,6 @@ int sdpa_ragged_backward(sdpa_ctx *ctx, const sdpa_backward_args *a)
     fill_parts(ctx, a, &f, &r, &t, budget, parts, slots, &items, &q_items);
     rp.parts = parts;
     rp.slots = slots;
-    status =
-        sdpa_pool_reserve_items(ctx, WHO, items > q_items ? items : q_items);
-    if (status != SDPA_OK)
-        return status;
     sdpa_where where = {-1, -1, -1};
     status = run_phases(ctx, a, &rp, items, q_items, &where);
     if (status == SDPA_ERR_NONFINITE)

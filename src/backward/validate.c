@@ -77,8 +77,10 @@ static sdpa_byte_range span_of(const char *name, bool is_output,
     size_t last = 0;
     for (int d = 0; d < 4; d++)
         last += (size_t)(shape[d] - 1) * (size_t)stride[d];
-    return (sdpa_byte_range){name, is_output, (uintptr_t)data,
-                             (uintptr_t)data + (last + 1) * esize};
+    return (sdpa_byte_range){.name = name,
+                             .is_output = is_output,
+                             .begin = (uintptr_t)data,
+                             .end = (uintptr_t)data + (last + 1) * esize};
 }
 
 /* dout, dq, dk, dv and dbias: present (dbias optional), the shapes the
@@ -181,18 +183,25 @@ static void input_ranges(const sdpa_backward_args *a,
         r[c++] = span_of("bias", false, p->bias.data, a->bias.shape,
                          p->bias.stride, es);
     if (a->kv_lens)
-        r[c++] = (sdpa_byte_range){"kv_lens", false, (uintptr_t)a->kv_lens,
-                                   (uintptr_t)(a->kv_lens + n)};
+        r[c++] = (sdpa_byte_range){.name = "kv_lens",
+                                   .is_output = false,
+                                   .begin = (uintptr_t)a->kv_lens,
+                                   .end = (uintptr_t)(a->kv_lens + n)};
     if (a->alibi_slopes)
-        r[c++] =
-            (sdpa_byte_range){"alibi_slopes", false, (uintptr_t)a->alibi_slopes,
-                              (uintptr_t)(a->alibi_slopes + hq)};
+        r[c++] = (sdpa_byte_range){.name = "alibi_slopes",
+                                   .is_output = false,
+                                   .begin = (uintptr_t)a->alibi_slopes,
+                                   .end = (uintptr_t)(a->alibi_slopes + hq)};
     if (a->sinks)
-        r[c++] = (sdpa_byte_range){"sinks", false, (uintptr_t)a->sinks,
-                                   (uintptr_t)(a->sinks + hq)};
+        r[c++] = (sdpa_byte_range){.name = "sinks",
+                                   .is_output = false,
+                                   .begin = (uintptr_t)a->sinks,
+                                   .end = (uintptr_t)(a->sinks + hq)};
     if (a->dsinks)
-        r[c++] = (sdpa_byte_range){"dsinks", true, (uintptr_t)a->dsinks,
-                                   (uintptr_t)(a->dsinks + hq)};
+        r[c++] = (sdpa_byte_range){.name = "dsinks",
+                                   .is_output = true,
+                                   .begin = (uintptr_t)a->dsinks,
+                                   .end = (uintptr_t)(a->dsinks + hq)};
     *count = c;
 }
 

@@ -84,6 +84,7 @@ int sdpa_ctx_create_with_allocator(sdpa_ctx **out,
     if (!ctx)
         return SDPA_ERR_OUT_OF_MEMORY;
     memset(ctx, 0, sizeof *ctx);
+    atomic_init(&ctx->in_call, false);
     ctx->allocator = *allocator;
     ctx->allocator.struct_size = sizeof(sdpa_allocator);
     ctx->options[SDPA_OPT_NUM_THREADS] = 1;
@@ -199,10 +200,8 @@ static bool option_range(int option, int64_t *lo, int64_t *hi)
     }
 }
 
-int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
+static int set_int(sdpa_ctx *ctx, int option, int64_t value)
 {
-    if (!ctx)
-        return SDPA_ERR_NULL_POINTER;
     int64_t lo, hi;
     if (!option_range(option, &lo, &hi))
         return sdpa_fail(ctx, SDPA_ERR_UNKNOWN_OPTION,
@@ -240,6 +239,13 @@ int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
     return SDPA_OK;
 }
 
+int sdpa_ctx_set_int(sdpa_ctx *ctx, int option, int64_t value)
+{
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, set_int(ctx, option, value));
+}
+
 int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option, int64_t *value)
 {
     if (!ctx || !value)
@@ -249,4 +255,17 @@ int sdpa_ctx_get_int(const sdpa_ctx *ctx, int option, int64_t *value)
         return SDPA_ERR_UNKNOWN_OPTION;
     *value = option == SDPA_OPT_KERNEL ? ctx->kernel : ctx->options[option];
     return SDPA_OK;
+}
+
+int sdpa_enter(sdpa_ctx *ctx)
+{
+    if (!ctx)
+        return SDPA_ERR_NULL_POINTER;
+    return atomic_exchange(&ctx->in_call, true) ? SDPA_ERR_BUSY : SDPA_OK;
+}
+
+int sdpa_leave(sdpa_ctx *ctx, int status)
+{
+    atomic_store(&ctx->in_call, false);
+    return status;
 }

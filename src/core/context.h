@@ -6,6 +6,7 @@
 
 #include "sdpa.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,10 @@ struct sdpa_ctx {
                            problem and plan (forward/ragged_forward.c,
                            backward/ragged.c) */
     sdpa_pool *pool;
+    struct sdpa_caller_job *caller_job; /* the caller's parallel-for's job,
+                                           kept so that a late task call
+                                           finds it (pool.c) */
+    atomic_bool in_call;                /* a call is in progress (sdpa_enter) */
     /* the caller's parallel-for (sdpa_ctx_set_parallel_for), or NULL */
     sdpa_parallel_for_fn parallel_for;
     void *parallel_user;
@@ -48,6 +53,16 @@ struct sdpa_ctx {
  * SDPA_OPT_NUM_THREADS (SDPA_NUM_THREADS_ALL: the CPUs this process may
  * run on, at most SDPA_MAX_THREADS). */
 int sdpa_thread_budget(const sdpa_ctx *ctx);
+
+/* The guard of every entry point that may change the context: a call made
+ * while another is in progress on it (from the caller's parallel-for or a
+ * task it runs, or from a second thread) is refused with SDPA_ERR_BUSY,
+ * the context and the outputs untouched (its message is the call in
+ * progress's). sdpa_enter: SDPA_ERR_NULL_POINTER for ctx NULL, else
+ * SDPA_OK (the call is now in progress) or SDPA_ERR_BUSY. sdpa_leave ends
+ * the call and returns status. */
+int sdpa_enter(sdpa_ctx *ctx);
+int sdpa_leave(sdpa_ctx *ctx, int status);
 
 /* Records a failure on ctx (printf-style message: what and where) and returns
  * status, so that callers can write `return sdpa_fail(ctx, ...)`. */

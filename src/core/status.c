@@ -39,6 +39,7 @@ const char *sdpa_status_string(int status)
         [SDPA_ERR_OFFSETS_ORDER] = "sequence offsets decrease",
         [SDPA_ERR_OFFSETS_END] =
             "the last sequence offset is not the packed extent",
+        [SDPA_ERR_BUSY] = "the context is inside a call",
     };
     if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
         return "unknown status";

@@ -9,6 +9,7 @@
 #include "forward/plan.h"
 #include "forward/ragged.h"
 #include "forward/ragged_forward.h"
+#include "forward/forward.h"
 #include "runtime/pool.h"
 #include "paths/paths.h"
 
@@ -55,7 +56,7 @@ static int execute(sdpa_ctx *ctx, const sdpa_problem *problem, sdpa_plan *plan,
     }
 }
 
-int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
+int sdpa_forward_call(sdpa_ctx *ctx, const sdpa_forward_args *args)
 {
     sdpa_forward_args known;
     int status = import(ctx, args, &known);
@@ -70,7 +71,8 @@ int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
         status = sdpa_scratch_reserve(ctx, WHO, plan.reserve_workers,
                                       plan.worker_bytes, plan.shared_bytes);
     if (status == SDPA_OK)
-        status = sdpa_pool_reserve(ctx, WHO, plan.reserve_workers);
+        status =
+            sdpa_pool_reserve(ctx, WHO, plan.reserve_workers, plan.work_items);
     if (status != SDPA_OK)
         return status;
     sdpa_where where = {-1, -1, -1};
@@ -85,12 +87,16 @@ int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
     return status;
 }
 
-int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t other,
+int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t parts,
                          size_t *bytes)
 {
     size_t total = ctx->shared.size > plan->shared_bytes ? ctx->shared.size
                                                          : plan->shared_bytes;
-    bool ok = sdpa_add_size(total, other, &total);
+    parts = parts > ctx->parts.size ? parts : ctx->parts.size;
+    bool ok = sdpa_add_size(total, parts, &total) &&
+              sdpa_add_size(total, ctx->layer.size, &total) &&
+              sdpa_add_size(
+                  total, sdpa_pool_record_bytes(ctx, plan->work_items), &total);
     for (int i = 0; ok && i < SDPA_MAX_THREADS; i++) {
         size_t held = ctx->scratch[i].size;
         size_t need = i < plan->reserve_workers && plan->worker_bytes > held
@@ -105,11 +111,16 @@ int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t other,
     return SDPA_OK;
 }
 
-int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
-                           size_t *bytes)
+int sdpa_forward(sdpa_ctx *ctx, const sdpa_forward_args *args)
 {
-    if (!ctx)
-        return SDPA_ERR_NULL_POINTER;
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, sdpa_forward_call(ctx, args));
+}
+
+static int workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                     size_t *bytes)
+{
     if (!bytes)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
                          "sdpa_forward_workspace: bytes is NULL");
@@ -124,7 +135,13 @@ int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
     status = prepare(ctx, &known, &problem, &plan);
     if (status != SDPA_OK)
         return status;
-    /* What the context will hold after the call: what it holds now, grown
-     * where this call needs more. */
     return sdpa_workspace_total(ctx, &plan, 0, bytes);
+}
+
+int sdpa_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
+                           size_t *bytes)
+{
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, workspace(ctx, args, bytes));
 }

@@ -86,6 +86,13 @@ sdpa_tensor sdpa_slice_keys(sdpa_tensor t, size_t elem_size,
 void sdpa_ragged_slice(const sdpa_forward_args *args, const sdpa_ragged *r,
                        int64_t b, sdpa_forward_args *sub);
 
+/* Sequence b's own checks refused its block-table row (SDPA_ERR_BAD_PAGE,
+ * with the indices of its one-row table): the message again, with the
+ * table's own indices. */
+int sdpa_ragged_page_error(sdpa_ctx *ctx, const char *who,
+                           const sdpa_forward_args *args, const sdpa_ragged *r,
+                           int64_t b);
+
 /* "who: sequence b" into buf (for the messages of a sequence's checks). */
 const char *sdpa_seq_who(char *buf, size_t size, const char *who, int64_t b);
 

@@ -26,6 +26,7 @@
  * layout) → reserve → run (the five steps).
  */
 #include "layer/layer_common.h"
+#include "forward/forward.h"
 #include "core/struct_import.h"
 
 #include <cblas.h>
@@ -246,7 +247,7 @@ static int run(sdpa_ctx *ctx, const layer_fwd_problem *lf,
     f.k = k_view;
     f.v = sdpa_tensor_bthd(v.data, p->n, p->hkv, p->tk, p->dv);
     f.out = sdpa_tensor_bthd(o.data, p->n, p->hq, p->tq, p->dv);
-    int status = sdpa_forward(ctx, &f);
+    int status = sdpa_forward_call(ctx, &f);
     if (status != SDPA_OK)
         return sdpa_layer_attention_failed(ctx, WHO, status);
 
@@ -258,7 +259,7 @@ static int run(sdpa_ctx *ctx, const layer_fwd_problem *lf,
     return SDPA_OK;
 }
 
-int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
+static int mha_forward_call(sdpa_ctx *ctx, const sdpa_mha_args *args)
 {
     layer_fwd_problem lf;
     layer_fwd_plan lp;
@@ -274,4 +275,11 @@ int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
                              "projections",
                          lp.bytes);
     return run(ctx, &lf, &lp, ctx->layer.ptr);
+}
+
+int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args)
+{
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, mha_forward_call(ctx, args));
 }

@@ -42,6 +42,8 @@
  * → reserve → run (layer_backward_impl.h).
  */
 #include "layer/layer_common.h"
+#include "backward/backward.h"
+#include "forward/forward.h"
 #include "core/struct_import.h"
 
 #include <cblas.h>
@@ -303,7 +305,7 @@ static int plan(sdpa_ctx *ctx, const layer_problem *p, layer_bwd_plan *lp)
 
 /* ---- run: layer_backward_f32 / _f64 ------------------------------------ */
 
-int sdpa_mha_backward(sdpa_ctx *ctx, const sdpa_mha_backward_args *args)
+static int mha_backward_call(sdpa_ctx *ctx, const sdpa_mha_backward_args *args)
 {
     layer_bwd_problem lb;
     layer_bwd_plan lp;
@@ -322,4 +324,11 @@ int sdpa_mha_backward(sdpa_ctx *ctx, const sdpa_mha_backward_args *args)
     if (lb.p.dtype == SDPA_FLOAT32)
         return layer_backward_f32(ctx, &lb, &lp, scratch);
     return layer_backward_f64(ctx, &lb, &lp, scratch);
+}
+
+int sdpa_mha_backward(sdpa_ctx *ctx, const sdpa_mha_backward_args *args)
+{
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status
+                             : sdpa_leave(ctx, mha_backward_call(ctx, args));
 }

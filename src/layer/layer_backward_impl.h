@@ -89,7 +89,7 @@ static int NAME(attention_gradients)(sdpa_ctx *ctx, const layer_bwd_problem *lb,
     f.v = sdpa_tensor_bthd(w->v.data, n, p->hkv, p->tk, p->dv);
     f.out = sdpa_tensor_bthd(w->o.data, n, p->hq, p->tq, p->dv);
     f.lse = sdpa_tensor_bhtd(s + lp->off_lse, n, p->hq, p->tq, 1);
-    int status = sdpa_forward(ctx, &f);
+    int status = sdpa_forward_call(ctx, &f);
     if (status != SDPA_OK)
         return sdpa_layer_attention_failed(ctx, WHO, status);
 
@@ -116,7 +116,7 @@ static int NAME(attention_gradients)(sdpa_ctx *ctx, const layer_bwd_problem *lb,
     g.window_right = f.window_right;
     g.alibi_slopes = f.alibi_slopes;
     g.sinks = f.sinks;
-    status = sdpa_backward(ctx, &g);
+    status = sdpa_backward_call(ctx, &g);
     if (status != SDPA_OK)
         return sdpa_layer_attention_failed(ctx, WHO, status);
     return SDPA_OK;

@@ -208,11 +208,17 @@ static int merge_run(sdpa_ctx *ctx, const merge_problem *m)
     return status;
 }
 
-int sdpa_merge(sdpa_ctx *ctx, const sdpa_merge_args *args)
+static int merge_call(sdpa_ctx *ctx, const sdpa_merge_args *args)
 {
     merge_problem m;
     int status = merge_validate(ctx, args, &m);
     if (status != SDPA_OK)
         return status;
     return merge_run(ctx, &m);
+}
+
+int sdpa_merge(sdpa_ctx *ctx, const sdpa_merge_args *args)
+{
+    int status = sdpa_enter(ctx);
+    return status != SDPA_OK ? status : sdpa_leave(ctx, merge_call(ctx, args));
 }

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <string.h>
 
 /* The lowest failing item of a job and what it reported: the same failure
  * is reported whichever worker met which item first. */
@@ -115,6 +116,9 @@ static void *worker_main(void *opaque)
     return NULL;
 }
 
+typedef struct sdpa_caller_job caller_job;
+static caller_job *caller_job_of(sdpa_ctx *ctx, const char *who);
+
 /* Starts helpers until `count` workers (the caller included) exist. */
 static int pool_grow(sdpa_ctx *ctx, const char *who, int count)
 {
@@ -144,24 +148,19 @@ static int pool_grow(sdpa_ctx *ctx, const char *who, int count)
     return SDPA_OK;
 }
 
-int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers)
+int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers,
+                      int64_t max_items)
 {
-    if (ctx->parallel_for)
-        return SDPA_OK; /* the caller's threads run the items */
+    if (ctx->parallel_for) {
+        /* the caller's threads run the items: the job record and the
+         * items' bits, before any item writes anything */
+        size_t words = (size_t)(max_items + 63) / 64;
+        int status = sdpa_claims_reserve(ctx, who, words * sizeof(uint64_t));
+        if (status == SDPA_OK && !caller_job_of(ctx, who))
+            status = SDPA_ERR_OUT_OF_MEMORY;
+        return status;
+    }
     return workers > 1 ? pool_grow(ctx, who, workers) : SDPA_OK;
-}
-
-/* The claims of a run of `items` items on the caller's threads. */
-static int claims_reserve(sdpa_ctx *ctx, const char *who, int64_t items)
-{
-    const size_t words = (size_t)(items + 63) / 64;
-    return sdpa_claims_reserve(ctx, who, words * sizeof(uint64_t));
-}
-
-int sdpa_pool_reserve_items(sdpa_ctx *ctx, const char *who, int64_t items)
-{
-    return ctx->parallel_for && items > 1 ? claims_reserve(ctx, who, items)
-                                          : SDPA_OK;
 }
 
 int sdpa_thread_budget(const sdpa_ctx *ctx)
@@ -178,11 +177,9 @@ int sdpa_thread_budget(const sdpa_ctx *ctx)
     return cpus < 1 ? 1 : cpus > SDPA_MAX_THREADS ? SDPA_MAX_THREADS : cpus;
 }
 
-int sdpa_ctx_set_parallel_for(sdpa_ctx *ctx, sdpa_parallel_for_fn parallel_for,
-                              void *user, int workers)
+static int set_parallel_for(sdpa_ctx *ctx, sdpa_parallel_for_fn parallel_for,
+                            void *user, int workers)
 {
-    if (!ctx)
-        return SDPA_ERR_NULL_POINTER;
     if (parallel_for && (workers < 1 || workers > SDPA_MAX_THREADS))
         return sdpa_fail(ctx, SDPA_ERR_BAD_OPTION_VALUE,
                          "sdpa_ctx_set_parallel_for: workers takes values in "
@@ -195,8 +192,30 @@ int sdpa_ctx_set_parallel_for(sdpa_ctx *ctx, sdpa_parallel_for_fn parallel_for,
     return SDPA_OK;
 }
 
-/* One call's items as the caller's parallel-for runs them. */
-typedef struct caller_job {
+int sdpa_ctx_set_parallel_for(sdpa_ctx *ctx, sdpa_parallel_for_fn parallel_for,
+                              void *user, int workers)
+{
+    int status = sdpa_enter(ctx);
+    if (status != SDPA_OK)
+        return status;
+    return sdpa_leave(ctx, set_parallel_for(ctx, parallel_for, user, workers));
+}
+
+/* One call's items as the caller's parallel-for runs them. The record
+ * lives with the context, not on the stack of the call: a task call that
+ * comes after the parallel-for returned (a contract breach that cannot be
+ * reported any more) finds it through its ticket, sees that the ticket is
+ * not the open job's and returns without touching anything; the call does
+ * not return while a task call is still inside it. A ticket serves every
+ * TICKETS-th job: a task call late by that many jobs of the context counts
+ * as a call of the job in progress (an item called twice fails it). */
+enum { TICKETS = 256 };
+typedef struct job_ticket {
+    struct sdpa_caller_job *job;
+    _Atomic uint64_t generation; /* the job it was handed out for */
+} job_ticket;
+
+struct sdpa_caller_job {
     sdpa_ctx *ctx;
     const sdpa_problem *problem;
     const sdpa_plan *plan;
@@ -206,15 +225,18 @@ typedef struct caller_job {
      * of an item is refused, so that calls == items means every item ran
      * once, whatever the order of the calls */
     _Atomic uint64_t *taken;
-    atomic_llong calls;   /* task calls with a valid item and worker */
-    atomic_bool bad_call; /* one outside them */
+    _Atomic uint64_t generation; /* of the job in progress, or the last */
+    job_ticket tickets[TICKETS]; /* the task_arg of job g: tickets[g % n] */
+    atomic_bool open;            /* between the start and the end of a job */
+    atomic_int inside;           /* task calls in progress */
+    atomic_llong calls;          /* task calls with a valid item and worker */
+    atomic_bool bad_call;        /* one outside them */
     atomic_int busy[SDPA_MAX_THREADS]; /* calls running per worker */
     first_failure failure;
-} caller_job;
+};
 
-static void caller_task(void *arg, int64_t n, int worker)
+static void caller_item(caller_job *job, int64_t n, int worker)
 {
-    caller_job *job = arg;
     if (n < 0 || n >= job->items || worker < 0 ||
         worker >= job->ctx->parallel_workers) {
         atomic_store(&job->bad_call, true);
@@ -244,6 +266,46 @@ static void caller_task(void *arg, int64_t n, int worker)
         failure_note(&job->failure, item, where, status);
 }
 
+static void caller_task(void *arg, int64_t n, int worker)
+{
+    job_ticket *ticket = arg;
+    caller_job *job = ticket->job;
+    /* counted in before looking: the end of the job either sees this call
+     * inside or this call sees the job closed */
+    atomic_fetch_add(&job->inside, 1);
+    if (atomic_load(&job->open) &&
+        atomic_load(&ticket->generation) == atomic_load(&job->generation))
+        caller_item(job, n, worker);
+    atomic_fetch_sub(&job->inside, 1);
+}
+
+/* The context's job record, made on first use and kept until it is
+ * destroyed. */
+static caller_job *caller_job_of(sdpa_ctx *ctx, const char *who)
+{
+    if (!ctx->caller_job) {
+        caller_job *job = sdpa_alloc(ctx, sizeof *job);
+        if (!job) {
+            (void)sdpa_fail(ctx, SDPA_ERR_OUT_OF_MEMORY,
+                            "%s: cannot allocate the parallel-for's job "
+                            "record",
+                            who);
+            return NULL;
+        }
+        memset(job, 0, sizeof *job);
+        atomic_init(&job->generation, 0);
+        for (int t = 0; t < TICKETS; t++) {
+            job->tickets[t].job = job;
+            atomic_init(&job->tickets[t].generation, UINT64_MAX);
+        }
+        atomic_init(&job->open, false);
+        atomic_init(&job->inside, 0);
+        pthread_mutex_init(&job->failure.lock, NULL);
+        ctx->caller_job = job;
+    }
+    return ctx->caller_job;
+}
+
 static int run_on_caller_threads(sdpa_ctx *ctx, const char *who,
                                  const sdpa_problem *problem,
                                  const sdpa_plan *plan, int64_t items,
@@ -253,47 +315,62 @@ static int run_on_caller_threads(sdpa_ctx *ctx, const char *who,
     /* the items' bits, kept with the context like its scratch: before any
      * item runs, so that running out of memory leaves the outputs as they
      * were */
-    int status = claims_reserve(ctx, who, items);
-    if (status != SDPA_OK)
-        return status;
     const size_t words = (size_t)(items + 63) / 64;
-    caller_job job = {.ctx = ctx,
-                      .problem = problem,
-                      .plan = plan,
-                      .fn = fn,
-                      .items = items,
-                      .visit_rows = visit_rows,
-                      .failure = {.item = INT64_MAX, .status = SDPA_OK}};
-    job.taken = ctx->claims.ptr;
+    int status = sdpa_claims_reserve(ctx, who, words * sizeof(uint64_t));
+    caller_job *job = status == SDPA_OK ? caller_job_of(ctx, who) : NULL;
+    if (!job)
+        return status != SDPA_OK ? status : SDPA_ERR_OUT_OF_MEMORY;
+    job->ctx = ctx;
+    job->problem = problem;
+    job->plan = plan;
+    job->fn = fn;
+    job->items = items;
+    job->visit_rows = visit_rows;
+    job->failure.item = INT64_MAX;
+    job->failure.status = SDPA_OK;
+    job->failure.where = (sdpa_where){-1, -1, -1};
+    job->taken = ctx->claims.ptr;
     for (size_t w = 0; w < words; w++)
-        atomic_init(&job.taken[w], 0);
-    atomic_init(&job.calls, 0);
-    atomic_init(&job.bad_call, false);
+        atomic_init(&job->taken[w], 0);
+    atomic_store(&job->calls, 0);
+    atomic_store(&job->bad_call, false);
     for (int w = 0; w < SDPA_MAX_THREADS; w++)
-        atomic_init(&job.busy[w], 0);
-    pthread_mutex_init(&job.failure.lock, NULL);
-    ctx->parallel_for(ctx->parallel_user, items, caller_task, &job);
-    pthread_mutex_destroy(&job.failure.lock);
-    long long calls = atomic_load(&job.calls);
-    if (atomic_load(&job.bad_call) || calls != items)
+        atomic_store(&job->busy[w], 0);
+    const uint64_t generation = atomic_load(&job->generation) + 1;
+    job_ticket *ticket = &job->tickets[generation % TICKETS];
+    atomic_store(&ticket->generation, generation);
+    atomic_store(&job->generation, generation);
+    atomic_store(&job->open, true);
+    ctx->parallel_for(ctx->parallel_user, items, caller_task, ticket);
+    atomic_store(&job->open, false);
+    /* a task the parallel-for left running must not outlive the call */
+    while (atomic_load(&job->inside) != 0)
+        sched_yield();
+    long long calls = atomic_load(&job->calls);
+    if (atomic_load(&job->bad_call) || calls != items)
         return sdpa_fail(ctx, SDPA_ERR_PARALLEL_FOR,
                          "the caller's parallel-for made %lld "
                          "valid task calls for %lld items%s; each item must "
                          "be called once, with a worker index in [0, %d) "
                          "that no other running call has",
                          calls, (long long)items,
-                         atomic_load(&job.bad_call)
+                         atomic_load(&job->bad_call)
                              ? ", and calls with an item or worker out of "
                                "range, an item called twice or a worker "
                                "already busy"
                              : "",
                          ctx->parallel_workers);
-    *where = job.failure.where;
-    return job.failure.status;
+    *where = job->failure.where;
+    return job->failure.status;
 }
 
 void sdpa_pool_destroy(sdpa_ctx *ctx)
 {
+    if (ctx->caller_job) {
+        pthread_mutex_destroy(&ctx->caller_job->failure.lock);
+        sdpa_free(ctx, ctx->caller_job, sizeof *ctx->caller_job);
+        ctx->caller_job = NULL;
+    }
     sdpa_pool *pool = ctx->pool;
     if (!pool)
         return;
@@ -369,4 +446,16 @@ int sdpa_run_items(sdpa_ctx *ctx, const char *who, const sdpa_problem *problem,
     *where = pool->failure.where;
     pthread_mutex_unlock(&pool->lock);
     return status;
+}
+
+size_t sdpa_pool_record_bytes(const sdpa_ctx *ctx, int64_t max_items)
+{
+    size_t claims = ctx->claims.size;
+    bool job = ctx->caller_job != NULL;
+    if (ctx->parallel_for) {
+        size_t need = (size_t)(max_items + 63) / 64 * sizeof(uint64_t);
+        claims = need > claims ? need : claims;
+        job = true;
+    }
+    return claims + (job ? sizeof(caller_job) : 0);
 }

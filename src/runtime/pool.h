@@ -59,14 +59,15 @@ static inline int64_t sdpa_visit_position(int64_t item, int64_t items,
     return item % columns * rows + item / columns;
 }
 /* Starts the context's workers up to `workers` (the caller's thread is
- * worker 0) before the computation, so that running them later allocates
+ * worker 0) before the computation, or with the caller's parallel-for
+ * makes its job record and the bits of up to max_items items (the most
+ * items of any phase of the call), so that running them later allocates
  * nothing and cannot fail half way. */
-int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers);
-/* What a run of up to `items` items on the caller's parallel-for holds
- * (its claims), reserved beforehand by a call of several runs, so that
- * none of them allocates once the first has written an output. Nothing
- * without a parallel-for. */
-int sdpa_pool_reserve_items(sdpa_ctx *ctx, const char *who, int64_t items);
+int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers,
+                      int64_t max_items);
+/* The bytes of those records (the items' bits and the job record) the
+ * context will hold after a call of up to max_items items a phase. */
+size_t sdpa_pool_record_bytes(const sdpa_ctx *ctx, int64_t max_items);
 void sdpa_pool_destroy(sdpa_ctx *ctx);
 
 #endif /* SDPA_RUNTIME_POOL_H */

@@ -261,6 +261,18 @@ void tp_every_option(tp_call *x, int64_t window_left)
     }
 }
 
+void tp_permutation(int32_t *perm, int64_t n, rng *r)
+{
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = rng_int(r, 0, i);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
 int64_t tp_draw_hkv(rng *r, int64_t hq)
 {
     int64_t divs[64], nd = 0;

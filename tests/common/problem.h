@@ -143,6 +143,9 @@ void tp_every_option(tp_call *x, int64_t window_left);
 
 /* ---- Draws of the randomised tests (the order of their draws is part of
  * each test's configurations: these keep it). ----------------------------- */
+/* perm[0, n) a uniformly shuffled permutation of 0 .. n-1 (a paged
+ * cache's page numbers). */
+void tp_permutation(int32_t *perm, int64_t n, rng *r);
 /* A divisor of hq (1 = MQA, hq = MHA, in between = GQA). */
 int64_t tp_draw_hkv(rng *r, int64_t hq);
 /* x->use_kvlens (one in three), then each of the n lengths: 0, tk, or in

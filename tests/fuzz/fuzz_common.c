@@ -397,7 +397,7 @@ void fz_apply_options(sdpa_ctx *ctx, int first)
 /* ------------------------------------------------------------------------ */
 int fz_documented(int st)
 {
-    return st >= 0 && st <= SDPA_ERR_OFFSETS_END;
+    return st >= 0 && st <= SDPA_ERR_BUSY;
 }
 
 /* "1,5,7" */
@@ -405,7 +405,7 @@ static void fz_sset_str(fz_sset s, char *buf, size_t n)
 {
     size_t at = 0;
     buf[0] = '\0';
-    for (int i = 0; i < 32 && at + 4 < n; i++)
+    for (int i = 0; i < 64 && at + 4 < n; i++)
         if (s & FZ_BIT(i))
             at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? "," : "", i);
 }

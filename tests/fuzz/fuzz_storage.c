@@ -456,11 +456,14 @@ enum {
     BR_WORKER_EXTRA,   /* one more call with a bad worker index */
     BR_ITEM_EXTRA,     /* one more call with an item out of range */
     BR_SWAP,           /* item k called in place of item k + 1 */
-    BR_BUSY            /* threads: every call on worker 0 */
+    BR_BUSY,           /* threads: every call on worker 0 */
+    /* not breaches of the items' contract, refused or ignored: */
+    BR_REENTER, /* after the first call, calls into the context itself */
+    BR_LATE     /* first, the previous invocation's task called again */
 };
-static const char *const breach_name[8] = {
-    "none",         "skip",       "repeat", "worker-replace",
-    "worker-extra", "item-extra", "swap",   "busy"};
+static const char *const breach_name[10] = {
+    "none",       "skip", "repeat", "worker-replace", "worker-extra",
+    "item-extra", "swap", "busy",   "reenter",        "late"};
 
 typedef struct hpool {
     int workers, threaded;
@@ -483,6 +486,7 @@ typedef struct hpool {
     sdpa_task_fn task;
     void *arg;
     atomic_llong next;
+    sdpa_ctx *ctx; /* BR_REENTER's target */
 } hpool;
 static hpool g_pool;
 
@@ -517,10 +521,16 @@ static void *pool_thread_main(void *opaque)
     return NULL;
 }
 
+static void reenter(hpool *p);
 static void harness_parallel_for(void *user, int64_t items, sdpa_task_fn task,
                                  void *task_arg)
 {
     hpool *p = user;
+    /* a task of an invocation that returned: must be ignored (the item
+     * bits of this one are untouched, so its own calls all count) */
+    if (p->breach == BR_LATE && p->task)
+        for (int64_t i = 0; i < 2 && i < p->last_items; i++)
+            p->task(p->arg, i, (int)i % p->workers);
     int inv = p->invocations++;
     p->last_items = items;
     CHECK(items >= 2, "the parallel-for was called for %lld items",
@@ -576,6 +586,7 @@ static void harness_parallel_for(void *user, int64_t items, sdpa_task_fn task,
         }
     }
     if (p->breach != BR_NONE && p->breach != BR_BUSY &&
+        p->breach != BR_REENTER && p->breach != BR_LATE &&
         (p->breach_inv < 0 || p->breach_inv == inv)) {
         int64_t k = (int64_t)(p->breach_sel % (uint64_t)items);
         int64_t at = 0; /* position of item k */
@@ -620,8 +631,11 @@ static void harness_parallel_for(void *user, int64_t items, sdpa_task_fn task,
     p->arg = task_arg;
     atomic_store(&p->next, 0);
     if (!p->threaded) {
-        for (int64_t c = 0; c < n; c++)
+        for (int64_t c = 0; c < n; c++) {
             task(task_arg, p->seq[c], p->wk[c]);
+            if (c == 0 && p->breach == BR_REENTER)
+                reenter(p);
+        }
     } else {
         int threads = p->workers < 3 ? p->workers : 3;
         pthread_t th[3];
@@ -643,6 +657,23 @@ static void harness_parallel_for(void *user, int64_t items, sdpa_task_fn task,
     p->seq = NULL;
     p->wk = NULL;
     p->wk_forced = NULL;
+}
+
+/* Calls into the context from inside its parallel-for: each one refused
+ * with SDPA_ERR_BUSY, whatever its arguments. */
+static void reenter(hpool *p)
+{
+    sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
+    sdpa_backward_args b = SDPA_BACKWARD_ARGS_INIT;
+    size_t bytes = 0;
+    const int got[5] = {
+        sdpa_forward(p->ctx, &a), sdpa_forward_workspace(p->ctx, &a, &bytes),
+        sdpa_backward(p->ctx, &b),
+        sdpa_ctx_set_int(p->ctx, SDPA_OPT_NUM_THREADS, 2),
+        sdpa_ctx_set_parallel_for(p->ctx, harness_parallel_for, p, 256)};
+    for (int i = 0; i < 5; i++)
+        CHECK(got[i] == SDPA_ERR_BUSY, "re-entry %d returned %d, not BUSY", i,
+              got[i]);
 }
 
 /* A parallel-for the context must never call (refused or replaced). */
@@ -1810,10 +1841,11 @@ static void setup_pool(cfg *c, sdpa_ctx *ctx)
     p->wmode = fld(F_ORDER) >> 2;
     static const int breaches[16] = {
         BR_NONE,       BR_NONE,   BR_NONE,           BR_NONE,
-        BR_NONE,       BR_NONE,   BR_NONE,           BR_NONE,
+        BR_NONE,       BR_NONE,   BR_REENTER,        BR_LATE,
         BR_SKIP,       BR_REPEAT, BR_WORKER_REPLACE, BR_WORKER_EXTRA,
         BR_ITEM_EXTRA, BR_SWAP,   BR_BUSY,           BR_SKIP};
     p->breach = breaches[fld(F_BREACH) % 16];
+    p->ctx = ctx;
     if (p->breach == BR_BUSY && !p->threaded)
         p->breach = BR_NONE;
     p->bad_sel = fld(F_BREACH) >> 4;
@@ -2056,10 +2088,11 @@ static void run_one(void)
     }
     char extra[160];
     snprintf(extra, sizeof extra,
-             "expect=0x%x specials{certain=%d possible=%d v_key=%d large_v=%d} "
+             "expect=0x%llx specials{certain=%d possible=%d v_key=%d "
+             "large_v=%d} "
              "arena{x=%d y=%d overlap=%d}",
-             (unsigned)expect, sp.nf_certain, sp.nf_possible, sp.v_key,
-             sp.large_v, ar.x, ar.y, ar.overlap);
+             (unsigned long long)expect, sp.nf_certain, sp.nf_possible,
+             sp.v_key, sp.large_v, ar.x, ar.y, ar.overlap);
     describe(extra);
 
     /* 1. the workspace query */
