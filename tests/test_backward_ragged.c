@@ -1035,6 +1035,30 @@ static void test_errors(void **state)
     expect_error(ctx, &s, &a, SDPA_ERR_BAD_STRIDE, "dv inner, no rows",
                  "sequence 0: dv");
     inst_free(&s);
+
+    /* no query row at all: the settings and required tensors still */
+    small_case(&c, 1);
+    for (int b = 0; b < 4; ++b)
+        c.tq[b] = 0;
+    inst_make(&s, &c);
+    set_common(ctx, &c);
+    reset_grads(&s);
+    assert_int_equal(sdpa_backward(ctx, &s.ba), SDPA_OK);
+    a = s.ba;
+    a.scale = -1;
+    expect_error(ctx, &s, &a, SDPA_ERR_BAD_SCALE, "no rows: scale", "scale");
+    a = s.ba;
+    a.causal = 9;
+    expect_error(ctx, &s, &a, SDPA_ERR_BAD_CAUSAL, "no rows: causal", NULL);
+    a = s.ba;
+    a.dq.data = NULL;
+    expect_error(ctx, &s, &a, SDPA_ERR_NULL_POINTER, "no rows: dq",
+                 "sdpa_backward: dq.data is NULL");
+    a = s.ba;
+    a.dout.data = NULL;
+    expect_error(ctx, &s, &a, SDPA_ERR_NULL_POINTER, "no rows: dout",
+                 "sdpa_backward: dout.data is NULL");
+    inst_free(&s);
     sdpa_ctx_destroy(ctx);
 }
 
