@@ -53,6 +53,22 @@ int64_t sdpa_seq_keys(const sdpa_ragged *r, const sdpa_forward_args *args,
     return args->k.shape[T_DIM];
 }
 
+sdpa_tensor sdpa_slice_keys(sdpa_tensor t, size_t elem_size,
+                            const sdpa_ragged *r, int64_t b)
+{
+    switch (r->keys) {
+    case SDPA_KEYS_PACKED: {
+        int64_t keys = r->kv_off[b + 1] - r->kv_off[b];
+        return sdpa_slice_rows(t, elem_size, keys > 0 ? r->kv_off[b] : 0,
+                               keys > 0 ? keys : 1);
+    }
+    case SDPA_KEYS_BATCHED:
+        return sdpa_slice_item(t, elem_size, b);
+    default: /* shared or paged: the view as it is */
+        return t;
+    }
+}
+
 const char *sdpa_seq_who(char *buf, size_t size, const char *who, int64_t b)
 {
     snprintf(buf, size, "%s: sequence %lld", who, (long long)b);
@@ -256,28 +272,14 @@ void sdpa_ragged_slice(const sdpa_forward_args *args, const sdpa_ragged *r,
     sub->entropy = sdpa_slice_rows(args->entropy, compute, first, rows);
     if (args->kv_lens)
         sub->kv_lens = args->kv_lens + b;
-    switch (r->keys) {
-    case SDPA_KEYS_PACKED: {
-        int64_t keys = sdpa_seq_keys(r, args, b);
-        int64_t at = keys > 0 ? r->kv_off[b] : 0;
-        sub->k = sdpa_slice_rows(args->k, kv_es, at, keys > 0 ? keys : 1);
-        sub->v = sdpa_slice_rows(args->v, kv_es, at, keys > 0 ? keys : 1);
-        if (keys == 0)
-            sub->kv_lens = &no_keys;
-        break;
-    }
-    case SDPA_KEYS_BATCHED:
-        sub->k = sdpa_slice_item(args->k, kv_es, b);
-        sub->v = sdpa_slice_item(args->v, kv_es, b);
-        break;
-    case SDPA_KEYS_PAGED: {
+    sub->k = sdpa_slice_keys(args->k, kv_es, r, b);
+    sub->v = sdpa_slice_keys(args->v, kv_es, r, b);
+    if (r->keys == SDPA_KEYS_PACKED && sdpa_seq_keys(r, args, b) == 0)
+        sub->kv_lens = &no_keys;
+    if (r->keys == SDPA_KEYS_PAGED) {
         int64_t stride = args->block_table_stride ? args->block_table_stride
                                                   : args->pages_per_seq;
         sub->block_table = args->block_table + b * stride;
-        break;
-    }
-    default: /* shared: the one item, as it is */
-        break;
     }
 }
 
