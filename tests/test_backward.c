@@ -1183,6 +1183,69 @@ static void test_errors(void **state)
     inst_free(&s);
 }
 
+/* A GPT-2-style trainer's fused buffers: q, k and v interleaved in one
+ * [N, T, 3, H, D] buffer, and dq, dk and dv in another of the same layout.
+ * They share no element, so the backward takes them (the element-wise
+ * overlap rule), with the bits of three separate gradient buffers. */
+static void test_fused_qkv_gradients(void **state)
+{
+    (void)state;
+    enum { N = 2, T = 7, H = 2, D = 4, C = H * D, ROW = 3 * C };
+    float qkv[N * T * ROW], out[N * T * C], lse[N * H * T], dout[N * T * C];
+    float dqkv[N * T * ROW], dq[N * H * T * D], dk[N * H * T * D],
+        dv[N * H * T * D];
+    rng r = {99};
+    for (size_t i = 0; i < sizeof qkv / sizeof qkv[0]; i++)
+        qkv[i] = (float)rng_sym(&r, 1);
+    for (size_t i = 0; i < sizeof dout / sizeof dout[0]; i++)
+        dout[i] = (float)rng_sym(&r, 1);
+    /* head h of token t of part p (0 q, 1 k, 2 v) at t·ROW + p·C + h·D */
+    const int64_t strides[4] = {T * ROW, D, ROW, 1};
+    sdpa_tensor part[3], grad[3];
+    for (int p = 0; p < 3; p++) {
+        part[p] = (sdpa_tensor){qkv + p * C, {N, H, T, D}, {0}};
+        grad[p] = (sdpa_tensor){dqkv + p * C, {N, H, T, D}, {0}};
+        memcpy(part[p].stride, strides, sizeof strides);
+        memcpy(grad[p].stride, strides, sizeof strides);
+    }
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
+    f.dtype = SDPA_FLOAT32;
+    f.causal = SDPA_CAUSAL_TOP_LEFT;
+    f.q = part[0];
+    f.k = part[1];
+    f.v = part[2];
+    f.out = sdpa_tensor_bthd(out, N, H, T, D);
+    f.lse = sdpa_tensor_bhtd(lse, N, H, T, 1);
+    assert_int_equal(sdpa_forward(ctx, &f), SDPA_OK);
+    sdpa_backward_args b = tp_backward_of(&f);
+    b.dout = sdpa_tensor_bthd(dout, N, H, T, D);
+    b.dq = sdpa_tensor_bhtd(dq, N, H, T, D);
+    b.dk = sdpa_tensor_bhtd(dk, N, H, T, D);
+    b.dv = sdpa_tensor_bhtd(dv, N, H, T, D);
+    assert_int_equal(sdpa_backward(ctx, &b), SDPA_OK);
+    b.dq = grad[0];
+    b.dk = grad[1];
+    b.dv = grad[2];
+    memset(dqkv, 0, sizeof dqkv);
+    int status = sdpa_backward(ctx, &b);
+    if (status != SDPA_OK)
+        fail_msg("fused gradients: %d (%s)", status, sdpa_ctx_last_error(ctx));
+    const float *sep[3] = {dq, dk, dv};
+    for (int p = 0; p < 3; p++)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++)
+                    assert_memory_equal(
+                        dqkv + n * T * ROW + t * ROW + p * C + h * D,
+                        sep[p] + ((n * H + h) * T + t) * D, D * sizeof(float));
+    /* one row further, dk would meet dq's elements: refused */
+    b.dk.data = dqkv + C - D;
+    assert_int_equal(sdpa_backward(ctx, &b), SDPA_ERR_OVERLAP);
+    sdpa_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1191,6 +1254,7 @@ int main(void)
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_no_allocation_when_repeated),
         cmocka_unit_test(test_out_of_memory_caller_threads),
+        cmocka_unit_test(test_fused_qkv_gradients),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -958,7 +958,7 @@ static void test_errors(void **state)
     CASE(SDPA_ERR_BAD_WINDOW, "sequence 0: ", a.window_left = -3);
     CASE(SDPA_ERR_OVERLAP, "sequence 0: output dq overlaps input q",
          a.dq.data = a.q.data);
-    CASE(SDPA_ERR_OVERLAP, "sequence 0: output dk overlaps output dv",
+    CASE(SDPA_ERR_OVERLAP, "sequence 0: output dv overlaps output dk",
          a.dv.data = a.dk.data);
     /* the whole tensors */
     CASE(SDPA_ERR_OVERLAP, "output dsinks overlaps input q_offsets",

@@ -69,7 +69,8 @@ sdpa_forward_args sdpa_backward_forward_fields(const sdpa_backward_args *a)
     return f;
 }
 
-/* The bytes a view spans: first to last element (strides >= 0). */
+/* The bytes a validated view spans, first to last element (strides >= 0),
+ * and the view itself for the element-wise rule of sdpa_check_disjoint. */
 static sdpa_byte_range span_of(const char *name, bool is_output,
                                const void *data, const int64_t shape[4],
                                const int64_t stride[4], size_t esize)
@@ -77,10 +78,14 @@ static sdpa_byte_range span_of(const char *name, bool is_output,
     size_t last = 0;
     for (int d = 0; d < 4; d++)
         last += (size_t)(shape[d] - 1) * (size_t)stride[d];
-    return (sdpa_byte_range){.name = name,
-                             .is_output = is_output,
-                             .begin = (uintptr_t)data,
-                             .end = (uintptr_t)data + (last + 1) * esize};
+    sdpa_byte_range r = {.name = name,
+                         .is_output = is_output,
+                         .begin = (uintptr_t)data,
+                         .end = (uintptr_t)data + (last + 1) * esize,
+                         .elem_size = esize};
+    memcpy(r.shape, shape, sizeof r.shape);
+    memcpy(r.stride, stride, sizeof r.stride);
+    return r;
 }
 
 /* dout, dq, dk, dv and dbias: present (dbias optional), the shapes the
@@ -205,25 +210,6 @@ static void input_ranges(const sdpa_backward_args *a,
     *count = c;
 }
 
-/* No output meets another argument. */
-static int check_disjoint(sdpa_ctx *ctx, const char *who,
-                          const sdpa_byte_range *r, int count)
-{
-    for (int x = 0; x < count; x++)
-        for (int y = x + 1; y < count; y++)
-            if ((r[x].is_output || r[y].is_output) &&
-                sdpa_ranges_meet(&r[x], &r[y]))
-                return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
-                                 "%s: output %s overlaps %s %s (the address "
-                                 "ranges from first to last element must "
-                                 "be disjoint)",
-                                 who, r[x].is_output ? r[x].name : r[y].name,
-                                 r[x].is_output && r[y].is_output ? "output"
-                                                                  : "input",
-                                 r[x].is_output ? r[y].name : r[x].name);
-    return SDPA_OK;
-}
-
 int sdpa_backward_import(sdpa_ctx *ctx, const sdpa_backward_args *args,
                          sdpa_backward_args *known)
 {
@@ -249,7 +235,7 @@ int sdpa_backward_validate(sdpa_ctx *ctx, const char *who,
     if (status != SDPA_OK)
         return status;
     input_ranges(a, bp, r, &count);
-    status = check_disjoint(ctx, who, r, count);
+    status = sdpa_check_disjoint(ctx, who, r, count);
     if (status != SDPA_OK)
         return status;
     bp->dsinks = a->dsinks;
