@@ -31,9 +31,6 @@
 #include <unistd.h>
 
 #include <cblas.h>
-#ifdef __GLIBC__
-#include <malloc.h> /* malloc_trim */
-#endif
 
 #include "bench.h"
 
@@ -54,38 +51,6 @@ static const char *const MEM_BOUND_SHAPES[] = {"E"};
 static const size_t GEMMS_BLOCK_BUDGET = (size_t)512 << 20;
 
 static const char DEFAULT_SHAPES[] = "A,B,D,E,I";
-
-/* ---- a context allocator that counts ------------------------------------- */
-
-/* Bytes a context holds now and at most: what a call grew it by is the
- * scratch it used, whatever the path, with no workspace query needed. */
-typedef struct counter {
-    atomic_size_t live, peak;
-} counter;
-
-static void *count_alloc(void *opaque, size_t size, size_t alignment)
-{
-    counter *c = opaque;
-    size_t a = alignment < sizeof(void *) ? sizeof(void *) : alignment;
-    size_t rounded = (size + a - 1) / a * a; /* aligned_alloc's rule */
-    void *p = aligned_alloc(a, rounded ? rounded : a);
-    if (!p)
-        return NULL;
-    size_t now = atomic_fetch_add(&c->live, size) + size;
-    size_t peak = atomic_load(&c->peak);
-    while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now))
-        ;
-    return p;
-}
-
-static void count_free(void *opaque, void *ptr, size_t size)
-{
-    counter *c = opaque;
-    if (!ptr)
-        return;
-    atomic_fetch_sub(&c->live, size);
-    free(ptr);
-}
 
 /* ---- tensors ------------------------------------------------------------- */
 
@@ -111,6 +76,32 @@ static void bwd_data_free(bwd_data *b)
         free(bufs[i]);
     bench_data_free(&b->d);
     memset(b, 0, sizeof *b);
+}
+
+sdpa_backward_args bench_backward_of(const sdpa_forward_args *a)
+{
+    sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
+    g.dtype = a->dtype;
+    g.causal = a->causal;
+    g.flags = a->flags;
+    g.scale = a->scale;
+    g.softcap = a->softcap;
+    g.kv_lens = a->kv_lens;
+    g.q = a->q;
+    g.k = a->k;
+    g.v = a->v;
+    g.mask = a->mask;
+    g.bias = a->bias;
+    g.window_left = a->window_left;
+    g.window_right = a->window_right;
+    g.alibi_slopes = a->alibi_slopes;
+    g.sinks = a->sinks;
+    g.out = a->out;
+    g.lse = a->lse;
+    g.seqs = a->seqs;
+    g.q_offsets = a->q_offsets;
+    g.kv_offsets = a->kv_offsets;
+    return g;
 }
 
 /* Inputs, buffers and the two calls; then the forward whose out and lse the
@@ -150,23 +141,7 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
     b->fwd.out = sdpa_tensor_bhtd(b->out_fwd, s->n, s->hq, s->tq, s->dv);
     b->fwd.lse = sdpa_tensor_bhtd(b->lse_fwd, s->n, s->hq, s->tq, 1);
 
-    sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
-    g.dtype = a->dtype;
-    g.causal = a->causal;
-    g.flags = a->flags;
-    g.scale = a->scale;
-    g.softcap = a->softcap;
-    g.kv_lens = a->kv_lens;
-    g.q = a->q;
-    g.k = a->k;
-    g.v = a->v;
-    g.mask = a->mask;
-    g.bias = a->bias;
-    g.window_left = a->window_left;
-    g.window_right = a->window_right;
-    g.alibi_slopes = a->alibi_slopes;
-    g.sinks = a->sinks;
-    g.out = a->out;
+    sdpa_backward_args g = bench_backward_of(a);
     g.lse = lse;
     g.dout = sdpa_tensor_bhtd(b->dout, s->n, s->hq, s->tq, s->dv);
     g.dq = sdpa_tensor_bhtd(b->dq, s->n, s->hq, s->tq, s->dk);
@@ -314,24 +289,12 @@ typedef struct bwd_variant {
     bwd_row row;
     int live;
     sdpa_ctx *ctx;
-    counter count;
+    bench_counter count;
     size_t live_before; /* context bytes before the first call */
     bench_baseline s_block, dp_block;
     double cold_s, last_cpu;
     double *times, *cpu_times;
 } bwd_variant;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 /* Flops of the five gemms: S and dQ, dK over Dk, dP and dV over Dv, i.e.
  * the forward's count with (Dk + Dv) → (3·Dk + 2·Dv); 2.5x when Dk = Dv. */
@@ -382,8 +345,7 @@ static double run_once(bwd_variant *v, const bwd_data *b, const bench_env *env)
 
 static int lib_prepare(bwd_variant *v, const bwd_data *b, const bench_env *env)
 {
-    sdpa_allocator al = {sizeof al, count_alloc, count_free, &v->count};
-    int st = sdpa_ctx_create_with_allocator(&v->ctx, &al);
+    int st = bench_ctx_create_counted(&v->ctx, &v->count);
     if (st == SDPA_OK)
         st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_NUM_THREADS, v->row.threads);
     /* the backward's tiles only: the forward stays as the library ships */
@@ -415,15 +377,7 @@ static void setup(bwd_variant *v, bwd_data *b, const bench_env *env)
                  "n/a (a band: the full-square gemms bound nothing)");
         return;
     }
-#ifdef __GLIBC__
-    /* Free heap pages that stay resident would take the call's allocations
-     * without any RSS growth (E's backward measured 0.00 MiB so): returned
-     * to the kernel first, they must fault in again and show in dRSS. */
-    malloc_trim(0);
-#endif
-    if (env->peak_reset_ok)
-        bench_mem_reset_peak();
-    int64_t rss0 = env->peak_reset_ok ? bench_mem_rss() : bench_mem_hwm();
+    int64_t rss0 = bench_mem_peak_start(env->peak_reset_ok);
     v->live = 1;
     if (v->row.variant == BWD_GEMMS) {
         if (bench_baseline_init(&v->s_block, s, GEMMS_BLOCK_BUDGET) ||
@@ -625,8 +579,6 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
         r->peak_growth = -1;
         r->check = -1.0;
         r->io = i == BWD_FORWARD ? b->io_fwd : b->io_bwd;
-        atomic_init(&vars[i].count.live, 0);
-        atomic_init(&vars[i].count.peak, 0);
     }
     memset(m, 0, sizeof *m);
     m->shape = s;
@@ -698,9 +650,9 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
         r->ok = vars[i].live && r->reps > 0;
         if (!r->ok)
             continue;
-        r->median_s = median(vars[i].times, r->reps);
-        r->min_s = vars[i].times[0]; /* sorted by median() */
-        r->cpu_median_s = median(vars[i].cpu_times, r->reps);
+        r->median_s = bench_median(vars[i].times, r->reps);
+        r->min_s = vars[i].times[0]; /* sorted by bench_median */
+        r->cpu_median_s = bench_median(vars[i].cpu_times, r->reps);
         r->gflops =
             (i == BWD_FORWARD ? bench_shape_flops(s) : backward_flops(s)) /
             r->median_s / 1e9;
@@ -935,7 +887,13 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
             bool storage =
                 shapes[i].io_type || shapes[i].kv_type || shapes[i].page;
             if (tok == len && strncasecmp(p, shapes[i].name, len) == 0) {
-                if (storage)
+                if (shapes[i].ragged)
+                    fprintf(stderr,
+                            "sdpa-bench --backward: shape %s skipped (a "
+                            "ragged shape: the forward table times its "
+                            "backward, if it has one)\n",
+                            shapes[i].name);
+                else if (storage)
                     fprintf(stderr,
                             "sdpa-bench --backward: shape %s skipped (half "
                             "or paged storage; sdpa_backward is float32 / "

@@ -12,10 +12,17 @@
  *   main.c      options and the interleaved measurement loop
  *   backward.c  --backward: sdpa_backward against the forward and the five
  *               bare gemms of a materialised backward
+ *   ragged.c    the ragged shapes' variants: calls timed in interleaved
+ *               rounds, and a double-precision check of output rows
+ *   serving.c   shape S: a serving step, ragged against one call per
+ *               sequence and against the padded rectangular batch
+ *   packed.c    shape Tp: packed documents, ragged against a dense
+ *               block-diagonal mask, forward and backward
  */
 #ifndef SDPA_BENCH_H
 #define SDPA_BENCH_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,7 +58,16 @@ typedef struct bench_shape {
      * values, which are rounded to be exact in the storage types. */
     int io_type, kv_type;
     int64_t page;
+    /* 1.2 ragged batches (ragged.c): n sequences, sequence b with
+     * seq_q[b] query rows and seq_kv[b] keys (its kv_len), bottom-right
+     * causal when causal is set; tq and tk are the extents of the
+     * rectangular call it is compared with (S: the batch padded to 512
+     * rows and 8192 keys; Tp: the 8192 packed tokens as one sequence). */
+    int ragged; /* BENCH_RAGGED_*; 0 = a rectangular shape */
+    const int64_t *seq_q, *seq_kv;
 } bench_shape;
+
+enum { BENCH_RAGGED_SERVING = 1, BENCH_RAGGED_PACKED = 2 };
 
 /* The fixed suite, in run order. */
 const bench_shape *bench_shapes(size_t *count);
@@ -59,7 +75,7 @@ const bench_shape *bench_shapes(size_t *count);
 /* Shape by name (case-insensitive), or NULL. */
 const bench_shape *bench_shape_find(const char *name);
 
-/* Valid keys of batch item b (kv_lens[b] or Tk). */
+/* Valid keys of batch item b (kv_lens[b] or Tk; seq_kv[b] when ragged). */
 int64_t bench_shape_kv_len(const bench_shape *s, int64_t b);
 
 /* The keys row i of batch item b may see are [*start, *limit) (none when
@@ -72,7 +88,8 @@ void bench_shape_allowed(const bench_shape *s, int64_t b, int64_t i,
 double bench_shape_allowed_scores(const bench_shape *s);
 
 /* Useful flops of one forward call: 2·Hq·Tq·(Dk+Dv)·Σ_b L_b, halved when
- * causal; for windowed shapes exactly 2·Hq·(Dk+Dv)·(allowed scores). The
+ * causal; for windowed and ragged shapes exactly 2·Hq·(Dk+Dv)·(allowed
+ * scores). The
  * same count is used for every variant of a shape, so GFLOP/s compare like
  * time does. */
 double bench_shape_flops(const bench_shape *s);
@@ -128,6 +145,21 @@ int bench_storage_init(bench_data *d);
 void bench_storage_free(bench_data *d);
 /* Bytes of one element of a storage type (SDPA_FLOAT*). */
 size_t bench_type_size(int type);
+/* The float32 values x (count of them) rounded in place to be exact in
+ * `type`, and their copy in `type` (bench_alloc'd; NULL for float32, when
+ * x itself serves, or with *failed set when out of memory). */
+void *bench_typed_copy(float *x, size_t count, int type, int *failed);
+/* The value of a float16 / bfloat16 element. */
+float bench_half_value(uint16_t h, int type);
+/* ids[0..count) = 0..count-1 in a fixed shuffled order (a cache that has
+ * seen traffic). */
+void bench_shuffle_pages(int32_t *ids, int64_t count);
+/* Keys [0, len) of one [Hkv, tk, dim] item `src` (elements of es bytes)
+ * into the head-major pages [page][head][slot][dim] of `pool` that
+ * table_row names, `page` keys a page. */
+void bench_scatter_pages(char *pool, const char *src, size_t es, int64_t hkv,
+                         int64_t tk, int64_t dim, int64_t len, int64_t page,
+                         const int32_t *table_row);
 /* out_lib (in io_type) against out_ref: max |difference|, and the bound it
  * must stay under (the float32 tolerance plus one rounding of out). */
 double bench_out_diff(const bench_data *d);
@@ -191,6 +223,23 @@ int64_t bench_mem_hwm(void);
  * 0 on success; -1 when the kernel refuses, in which case peak growth is
  * only attributable for the first, largest run (see --only). */
 int bench_mem_reset_peak(void);
+/* Before a measured first call: free heap pages returned to the kernel
+ * (glibc's malloc_trim; resident, they would take the call's allocations
+ * without any RSS growth: E's backward measured 0.00 MiB so), VmHWM reset
+ * when reset_ok. Returns what the peak growth counts from: VmRSS, or
+ * VmHWM without the reset; -1 when unavailable. */
+int64_t bench_mem_peak_start(int reset_ok);
+
+/* The median of n values (sorts them: x[0] is then the least). */
+double bench_median(double *x, int n);
+
+/* Bytes a context holds now and at most: what a call grew it by is the
+ * scratch it used, whatever the path, with no workspace query needed. */
+typedef struct bench_counter {
+    atomic_size_t live, peak;
+} bench_counter;
+/* sdpa_ctx_create_with_allocator through c, which starts at 0. */
+int bench_ctx_create_counted(sdpa_ctx **ctx, bench_counter *c);
 
 /* The "model name" of /proc/cpuinfo in buf (size bytes), or "unknown". */
 const char *bench_cpu_model(char *buf, size_t size);
@@ -237,6 +286,10 @@ typedef struct bench_row {
      * process's threads; with one worker and OpenBLAS at one thread, the
      * call's own time without the waits for a busy machine's cores) */
     double cpu_median_s;
+    /* ragged shapes' rows: the variant column, and the flops of one run
+     * (a backward's); NULL / 0: bench_variant_name, bench_shape_flops */
+    const char *label;
+    double flop;
 } bench_row;
 
 typedef struct bench_env {
@@ -253,6 +306,7 @@ typedef struct bench_env {
     uint64_t seed;
     int64_t block_q, block_k; /* --block-q / --block-k; 0 = library's */
     int any_window;           /* a windowed shape is selected */
+    int any_ragged;           /* a ragged shape is selected */
 } bench_env;
 
 /* A windowed shape against its two comparisons, from one (shape, threads)
@@ -271,6 +325,27 @@ typedef struct bench_ratio {
     double shape_cpu_s, ref_cpu_s, dense_cpu_s;
 } bench_ratio;
 
+/* A ragged shape's comparisons in one (shape, threads) block: ratios of
+ * medians measured in the same rounds, and S's bitwise check. */
+typedef struct bench_ragged_ratio {
+    const char *name;            /* "ragged/per-sequence" */
+    const char *num, *den;       /* the rows divided: their labels */
+    double num_s, den_s;         /* their medians; 0 = not measured */
+    double num_cpu_s, den_cpu_s; /* the same in process CPU time */
+    double target;               /* 0 = none */
+    int at_most;                 /* met when the ratio <= target; else >= */
+} bench_ragged_ratio;
+
+typedef struct bench_ragged_summary {
+    const bench_shape *shape;
+    int threads;
+    bench_ragged_ratio ratio[3];
+    int nratio;
+    int bitwise;              /* -1 not checked, 0 no, 1 yes */
+    const char *bitwise_what; /* what was compared with what */
+    char note[160];           /* e.g. the backward's absence */
+} bench_ragged_summary;
+
 const char *bench_variant_name(int variant);
 double bench_tolerance(int dtype);
 
@@ -278,9 +353,14 @@ void bench_report_header(const bench_env *env);
 void bench_report_shape(const bench_shape *s, int threads, int reps);
 void bench_report_row(const bench_row *r);
 void bench_report_ratio(const bench_env *env, const bench_ratio *r);
+/* A ragged (shape, threads) block: its header line, its n rows, then the
+ * summary's ratios and checks. */
+void bench_report_ragged(const bench_ragged_summary *m, const bench_row *rows,
+                         int n);
 void bench_report_footer(const bench_env *env, int warnings);
 void bench_report_json(const bench_env *env, const bench_row *rows,
-                       size_t count, const bench_ratio *ratios, size_t nratios);
+                       size_t count, const bench_ratio *ratios, size_t nratios,
+                       const bench_ragged_summary *ragged, size_t nragged);
 
 /* The JSON scalars of report.c, for backward.c's output. */
 void bench_json_string(const char *s);
@@ -298,10 +378,88 @@ typedef struct bench_backward_opts {
     int json;
 } bench_backward_opts;
 
+/* The backward of forward call a: its options, inputs, out, lse and
+ * ragged fields; dout and the gradients are left for the caller. */
+sdpa_backward_args bench_backward_of(const sdpa_forward_args *a);
+
 /* --backward: per selected shape and thread count, sdpa_backward, the
  * forward that feeds it (with lse) and the five bare gemms, interleaved;
  * ratios, scratch, and the memory bound of shape E. Prints the table (or
  * JSON); returns the number of warnings. */
 int bench_backward_run(const bench_env *env, const bench_backward_opts *o);
+
+/* ---------------------------------------------------------------- ragged */
+
+/* What the ragged shapes take from the command line. */
+typedef struct bench_ragged_opts {
+    const int *threads;
+    int nthreads;
+    int reps; /* 0 = adaptive */
+    double block_seconds;
+    int json;
+} bench_ragged_opts;
+
+/* One variant of a ragged shape: `count` calls a run (one per sequence,
+ * or one), in `copies` copies of their inputs: copy c's calls are
+ * [c * count, (c + 1) * count) of fwd or bwd. Each run takes the copy
+ * after the one the block's previous run (of any variant) took. */
+typedef struct bench_calls {
+    const char *label;
+    const sdpa_forward_args *fwd;  /* forward calls, or */
+    const sdpa_backward_args *bwd; /* backward calls */
+    int64_t count;
+    int copies;
+    int empty_rows_zero; /* SDPA_OPT_EMPTY_ROWS = SDPA_EMPTY_ROWS_ZERO */
+    double flop;         /* useful flops of one run */
+    double kv_bytes;     /* K + V bytes a run must read; 0: no KV_GB/s */
+} bench_calls;
+
+/* One (shape, threads) block of n variants: each set up once in order
+ * (its own context through a counting allocator, VmHWM reset before its
+ * first run: scrt_MiB and dRSS), an untimed warm round that sizes the
+ * rounds, then the rounds, each running every variant once in an order
+ * rotated per round. rows[i] is variant i's row (a failed variant's note
+ * says why). The outputs hold the calls' results afterwards. */
+void bench_calls_time(const bench_env *env, const bench_ragged_opts *o,
+                      const bench_shape *s, int threads,
+                      const bench_calls *calls, int n, bench_row *rows);
+
+/* A ragged call's out against a double-precision softmax, on each
+ * sequence's first, middle and last query rows (its one row when it has
+ * one), every head: q and out are [1, Hq, total_q, D] (contiguous), keys
+ * [0, limit) of the row as bench_shape_allowed gives them, key(data, b,
+ * kv_head, j, k, v) writes key j's rows of sequence b (Dk and Dv floats).
+ * Returns the largest |out - reference|, +inf on a NaN. */
+typedef void bench_key_fn(const void *data, int64_t b, int64_t kv_head,
+                          int64_t j, float *k, float *v);
+double bench_ragged_reference_diff(const bench_shape *s, const float *q,
+                                   const float *out, bench_key_fn *key,
+                                   const void *data);
+
+/* The ratio num / den of two rows' medians (0 where not measured). */
+bench_ragged_ratio bench_ragged_ratio_of(const char *name, const bench_row *num,
+                                         const bench_row *den, double target,
+                                         int at_most);
+/* Each measured row's verdict in its note: WRONG when its max|diff| is
+ * above float32's tolerance, else notes[i]. Returns the rows that are
+ * WRONG or ERROR. */
+int bench_ragged_verdicts(bench_row *rows, int n, const char *const *notes);
+
+/* Query rows before each sequence (seqs + 1 values from 0) of a ragged
+ * shape, and its sequences' keys likewise. */
+void bench_seq_offsets(const bench_shape *s, int64_t *q_off, int64_t *kv_off);
+
+/* The ragged shape's blocks, one per --threads value (serving.c or
+ * packed.c): rows appended at rows + *nrows, summaries at sums + *nsums;
+ * the table printed unless --json. Returns the number of warnings. */
+int bench_ragged_run(const bench_env *env, const bench_ragged_opts *o,
+                     const bench_shape *s, bench_row *rows, size_t *nrows,
+                     bench_ragged_summary *sums, size_t *nsums);
+int bench_serving_run(const bench_env *env, const bench_ragged_opts *o,
+                      const bench_shape *s, bench_row *rows, size_t *nrows,
+                      bench_ragged_summary *sums, size_t *nsums);
+int bench_packed_run(const bench_env *env, const bench_ragged_opts *o,
+                     const bench_shape *s, bench_row *rows, size_t *nrows,
+                     bench_ragged_summary *sums, size_t *nsums);
 
 #endif /* SDPA_BENCH_H */

@@ -19,6 +19,8 @@
  * banded naive program; they add two variants timed in their own rounds:
  * "sdpa dense bias" (the window as a dense -inf bias instead) and "ref sdpa
  * auto" (the call of the shape named by `ref`, A), and report the ratios.
+ * The ragged shapes (S, Tp) have variants of their own: ragged.c times
+ * them, serving.c and packed.c make and check their calls.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -103,12 +105,6 @@ static int applies(const bench_shape *s, int var)
     return 1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* ---- command line ---------------------------------------------------------
  */
 
@@ -187,6 +183,35 @@ static void usage(FILE *f)
             "W (sliding window) adds 'sdpa dense bias' (a 1 GiB bias) and "
             "'ref sdpa auto'\n"
             "(A's call) in its own rounds and prints W/A and W/dense.\n"
+            "S and Tp are ragged batches (seqs, q_offsets), each timed "
+            "against the calls made\n"
+            "without them, in the same rounds (--variants does not apply; "
+            "--threads,\n"
+            "--lib-blas-threads, --reps, --block-seconds, --seed, --json "
+            "do):\n"
+            "  S   a serving step over a paged float16 cache (16-key pages, "
+            "shuffled; two\n"
+            "      copies, read in turn): 30 sequences decoding 1 token "
+            "against 128..8192 keys\n"
+            "      and 2 prefill chunks of 512 rows against 2048 and 4096, "
+            "bottom-right causal;\n"
+            "      'sdpa ragged' (one call, seqs = 32), 'sdpa per-sequence' "
+            "(32 calls, one\n"
+            "      context) and 'sdpa padded' (N=32 Tq=512 Tk=8192, kv_lens, "
+            "SDPA_EMPTY_ROWS_ZERO);\n"
+            "      prints ragged/per-sequence (target <= 0.9), ragged/padded "
+            "(<= 0.1) and whether\n"
+            "      the ragged out equals the per-sequence outs bitwise.\n"
+            "  Tp  8 documents (2048, 2048, 1536, 1024, 768, 384, 256, 128 "
+            "tokens) packed into\n"
+            "      8192, causal within each: the ragged call (q_offsets = "
+            "kv_offsets) against one\n"
+            "      call with a dense block-diagonal causal uint8 mask "
+            "[1,1,8192,8192] (64 MiB),\n"
+            "      forward (dense/ragged, target >= 5) and sdpa_backward "
+            "(when the library\n"
+            "      takes ragged backward calls; else 'backward: not "
+            "available in this build').\n"
             "shapes:\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "  %-3s %s [%s]%s\n", s[i].name, s[i].what,
@@ -672,20 +697,11 @@ static int run_block(const bench_data *d, const bench_data *ref, int threads,
         bench_row *row = &vars[i].row;
         if (!row->ok || vars[i].reused)
             continue;
-        qsort(vars[i].times, (size_t)row->reps, sizeof(double), cmp_double);
-        row->min_s = vars[i].times[0];
-        row->median_s = row->reps % 2
-                            ? vars[i].times[row->reps / 2]
-                            : 0.5 * (vars[i].times[row->reps / 2 - 1] +
-                                     vars[i].times[row->reps / 2]);
+        row->median_s = bench_median(vars[i].times, row->reps);
+        row->min_s = vars[i].times[0]; /* sorted by bench_median */
         row->gflops = bench_shape_flops(row->shape) / row->median_s / 1e9;
-        if (is_lib(i)) {
-            double *c = vars[i].cpu_times;
-            qsort(c, (size_t)row->reps, sizeof(double), cmp_double);
-            row->cpu_median_s =
-                row->reps % 2 ? c[row->reps / 2]
-                              : 0.5 * (c[row->reps / 2 - 1] + c[row->reps / 2]);
-        }
+        if (is_lib(i))
+            row->cpu_median_s = bench_median(vars[i].cpu_times, row->reps);
         if (s->decode) {
             /* every variant of the block uses `threads` cores */
             double bw = env->bw[threads >= 2 ? 1 : 0];
@@ -836,13 +852,14 @@ int main(int argc, char **argv)
 
     size_t nshapes;
     const bench_shape *shapes = bench_shapes(&nshapes);
-    int any_decode = 0, env_window = 0;
+    int any_decode = 0, env_window = 0, env_ragged = 0;
     size_t nsel = 0;
     for (size_t i = 0; i < nshapes; i++)
         if (selected(o.only, shapes[i].name)) {
             nsel++;
             any_decode |= shapes[i].decode;
             env_window |= shapes[i].window;
+            env_ragged |= shapes[i].ragged != 0;
         }
 
     bench_env env;
@@ -858,6 +875,7 @@ int main(int argc, char **argv)
     env.block_q = o.block_q;
     env.block_k = o.block_k;
     env.any_window = env_window;
+    env.any_ragged = env_ragged;
     env.kernel = -1;
     {
         sdpa_ctx *probe = NULL;
@@ -890,14 +908,25 @@ int main(int argc, char **argv)
     size_t cap = nsel * (size_t)o.nthreads * BENCH_VAR_COUNT;
     bench_row *rows = calloc(cap ? cap : 1, sizeof *rows);
     bench_ratio *ratios = calloc(cap ? cap : 1, sizeof *ratios);
-    if (!rows || !ratios)
+    bench_ragged_summary *sums = calloc(cap ? cap : 1, sizeof *sums);
+    if (!rows || !ratios || !sums)
         return 1;
-    size_t nrows = 0, nratios = 0;
+    size_t nrows = 0, nratios = 0, nsums = 0;
     int warnings = 0;
+    const bench_ragged_opts ro = {.threads = o.threads,
+                                  .nthreads = o.nthreads,
+                                  .reps = o.reps,
+                                  .block_seconds = o.block_seconds,
+                                  .json = o.json};
     for (size_t i = 0; i < nshapes; i++) {
         const bench_shape *s = &shapes[i];
         if (!selected(o.only, s->name))
             continue;
+        if (s->ragged) { /* variants of their own (ragged.c) */
+            warnings +=
+                bench_ragged_run(&env, &ro, s, rows, &nrows, sums, &nsums);
+            continue;
+        }
         bench_data d, ref;
         int have_ref = 0;
         fprintf(stderr, "[%s] generating inputs\n", s->name);
@@ -929,10 +958,11 @@ int main(int argc, char **argv)
     }
 
     if (o.json)
-        bench_report_json(&env, rows, nrows, ratios, nratios);
+        bench_report_json(&env, rows, nrows, ratios, nratios, sums, nsums);
     else
         bench_report_footer(&env, warnings);
     free(rows);
     free(ratios);
+    free(sums);
     return warnings ? 1 : 0;
 }

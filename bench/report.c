@@ -1,8 +1,11 @@
 /* The human-readable table and the --json output. */
+#define _POSIX_C_SOURCE 200809L
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -35,6 +38,9 @@ void bench_report_header(const bench_env *env)
            : env->kernel == SDPA_KERNEL_AVX2     ? "avx2"
            : env->kernel == SDPA_KERNEL_PORTABLE ? "portable"
                                                  : "?");
+    char cpu[256];
+    printf("CPU: %s, %ld online\n", bench_cpu_model(cpu, sizeof cpu),
+           sysconf(_SC_NPROCESSORS_ONLN));
     printf("OpenBLAS: %s (core %s), openblas_get_num_threads() = %d at "
            "start\n",
            env->openblas_config, env->openblas_core, env->openblas_threads);
@@ -99,6 +105,17 @@ void bench_report_header(const bench_env *env)
                "of a busy machine; it sums\n"
                "  all threads, so it stands for wall time only at 1 worker "
                "with OpenBLAS at 1 thread).\n");
+    if (env->any_ragged)
+        printf("Ragged shapes (S, Tp): flop = 2*Hq*(Dk+Dv)*(allowed scores of "
+               "every sequence), the same for\n"
+               "  each variant (a backward: 2*Hq*(3Dk+2Dv)*scores); scrt_MiB = "
+               "what the first run grew its\n"
+               "  context by (a counting allocator); the variants run in the "
+               "same interleaved rounds at the\n"
+               "  library's default tiles, OpenBLAS as for the libsdpa rows; "
+               "ratios of medians below each\n"
+               "  block, wall clock, then process CPU time (all threads: wall "
+               "time's stand-in at 1 worker).\n");
     if (env->block_q || env->block_k)
         printf("This run: SDPA_OPT_BLOCK_Q = %lld, SDPA_OPT_BLOCK_K = %lld "
                "(0 = library default) on the\n"
@@ -124,10 +141,15 @@ void bench_report_shape(const bench_shape *s, int threads, int reps)
            threads);
 }
 
+/* The variant column of a row. */
+static const char *row_label(const bench_row *r)
+{
+    return r->label ? r->label : bench_variant_name(r->variant);
+}
+
 void bench_report_row(const bench_row *r)
 {
-    printf("%-5s %3d %-17s ", r->shape->name, r->threads,
-           bench_variant_name(r->variant));
+    printf("%-5s %3d %-17s ", r->shape->name, r->threads, row_label(r));
     if (!r->ok) {
         printf("%4s %10s %10s %8s %7s %9s %9s %9s %7s %5s  %s\n", "-", "n/a",
                "-", "-", "-", "-", "-", "-", "-", "-", r->note);
@@ -221,17 +243,52 @@ void bench_report_ratio(const bench_env *env, const bench_ratio *r)
     }
 }
 
+void bench_report_ragged(const bench_ragged_summary *m, const bench_row *rows,
+                         int n)
+{
+    const char *name = m->shape->name;
+    bench_report_shape(m->shape, m->threads, n > 0 ? rows[0].reps : 0);
+    for (int i = 0; i < n; i++)
+        bench_report_row(&rows[i]);
+    for (int i = 0; i < m->nratio; i++) {
+        const bench_ragged_ratio *r = &m->ratio[i];
+        printf("   %s thr=%d: %s = ", name, m->threads, r->name);
+        if (!(r->num_s > 0 && r->den_s > 0)) {
+            printf("n/a (not measured)\n");
+            continue;
+        }
+        double x = r->num_s / r->den_s;
+        printf("%.3f  (%s %.3f ms / %s %.3f ms, medians of the same rounds", x,
+               r->num, r->num_s * 1e3, r->den, r->den_s * 1e3);
+        if (r->target > 0)
+            printf("; target %s %.3g: %s)", r->at_most ? "<=" : ">=", r->target,
+                   verdict(r->at_most ? x <= r->target : x >= r->target));
+        else
+            printf("; no target)");
+        if (r->num_cpu_s > 0 && r->den_cpu_s > 0)
+            printf("; process CPU time %.3f", r->num_cpu_s / r->den_cpu_s);
+        printf("\n");
+    }
+    if (m->bitwise >= 0)
+        printf("   %s thr=%d: bitwise equal: %s (%s)\n", name, m->threads,
+               m->bitwise ? "yes" : "no", m->bitwise_what);
+    if (m->note[0])
+        printf("   %s thr=%d: %s\n", name, m->threads, m->note);
+    fflush(stdout);
+}
+
 void bench_report_footer(const bench_env *env, int warnings)
 {
-    (void)env;
     if (warnings)
         printf("\n!!! %d row(s) WRONG (libsdpa differs from the naive "
-               "baseline beyond f32 1e-3 / f64 1e-9) or ERROR: see the notes "
-               "above !!!\n",
+               "baseline beyond f32 1e-3 / f64 1e-9;\n"
+               "    S, Tp: from the references their notes name, or not "
+               "bitwise equal) or ERROR: see the notes above !!!\n",
                warnings);
     else
         printf("\nAll measured libsdpa results match the naive baseline "
-               "(f32 1e-3, f64 1e-9).\n");
+               "(f32 1e-3, f64 1e-9)%s.\n",
+               env->any_ragged ? "; S and Tp their references" : "");
     printf("KV_GB/s: decode shapes, K+V bytes read per call / median; %%bw: "
            "against the read bandwidth at the same thread count.\n");
 }
@@ -337,11 +394,60 @@ static void json_ratios(const bench_env *env, const bench_ratio *ratios,
     printf("\n  ]");
 }
 
-void bench_report_json(const bench_env *env, const bench_row *rows,
-                       size_t count, const bench_ratio *ratios, size_t nratios)
+/* "ragged": one object per ragged (shape, threads) block. */
+static void json_ragged(const bench_ragged_summary *sums, size_t n)
 {
+    printf(",\n  \"ragged\": [");
+    for (size_t i = 0; i < n; i++) {
+        const bench_ragged_summary *m = &sums[i];
+        printf("%s\n    {\"shape\": ", i ? "," : "");
+        json_string(m->shape->name);
+        printf(", \"threads\": %d, \"ratios\": [", m->threads);
+        for (int k = 0; k < m->nratio; k++) {
+            const bench_ragged_ratio *r = &m->ratio[k];
+            int ok = r->num_s > 0 && r->den_s > 0;
+            double x = ok ? r->num_s / r->den_s : NAN;
+            printf("%s{\"name\": ", k ? ", " : "");
+            json_string(r->name);
+            printf(", \"value\": ");
+            json_number(x);
+            printf(", \"num_median_ms\": ");
+            json_number(ok ? r->num_s * 1e3 : NAN);
+            printf(", \"den_median_ms\": ");
+            json_number(ok ? r->den_s * 1e3 : NAN);
+            printf(", \"cpu_value\": ");
+            json_number(r->num_cpu_s > 0 && r->den_cpu_s > 0
+                            ? r->num_cpu_s / r->den_cpu_s
+                            : NAN);
+            if (r->target > 0) {
+                printf(", \"%s\": ", r->at_most ? "target_max" : "target_min");
+                json_number(r->target);
+                printf(", \"met\": %s",
+                       !ok ? "null"
+                       : (r->at_most ? x <= r->target : x >= r->target)
+                           ? "true"
+                           : "false");
+            }
+            putchar('}');
+        }
+        printf("], \"bitwise_equal\": %s, \"note\": ", m->bitwise < 0 ? "null"
+                                                       : m->bitwise   ? "true"
+                                                                    : "false");
+        json_string(m->note);
+        putchar('}');
+    }
+    printf("\n  ]");
+}
+
+void bench_report_json(const bench_env *env, const bench_row *rows,
+                       size_t count, const bench_ratio *ratios, size_t nratios,
+                       const bench_ragged_summary *ragged, size_t nragged)
+{
+    char cpu[256];
     printf("{\n  \"sdpa_version\": ");
     json_string(env->sdpa_version);
+    printf(",\n  \"cpu\": ");
+    json_string(bench_cpu_model(cpu, sizeof cpu));
     printf(",\n  \"row_kernel\": %lld,\n  \"openblas_config\": ",
            (long long)env->kernel);
     json_string(env->openblas_config);
@@ -371,12 +477,19 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
                (long long)s->n, (long long)s->hq, (long long)s->hkv,
                (long long)s->tq, (long long)s->tk, (long long)s->dk,
                (long long)s->dv);
-        if (s->has_kv_lens) {
+        if (s->has_kv_lens || s->ragged) {
             for (int64_t b = 0; b < s->n; b++)
-                printf("%s%lld", b ? ", " : "[", (long long)s->kv_lens[b]);
+                printf("%s%lld", b ? ", " : "[",
+                       (long long)bench_shape_kv_len(s, b));
             printf("], ");
         } else {
             printf("null, ");
+        }
+        if (s->ragged) {
+            printf("\"seq_q\": ");
+            for (int64_t b = 0; b < s->n; b++)
+                printf("%s%lld", b ? ", " : "[", (long long)s->seq_q[b]);
+            printf("], ");
         }
         if (s->window)
             printf("\"window_left\": %lld, \"window_right\": %lld, ",
@@ -387,13 +500,14 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
             printf(", ");
         }
         printf("\"threads\": %d, \"variant\": ", r->threads);
-        json_string(bench_variant_name(r->variant));
+        json_string(row_label(r));
         printf(", \"ok\": %s, \"reps\": %d, \"median_ms\": ",
                r->ok ? "true" : "false", r->reps);
         json_number(r->ok ? r->median_s * 1e3 : NAN);
         printf(", \"min_ms\": ");
         json_number(r->ok ? r->min_s * 1e3 : NAN);
-        printf(", \"flop\": %.0f", bench_shape_flops(s));
+        printf(", \"flop\": %.0f",
+               r->flop > 0 ? r->flop : bench_shape_flops(s));
         printf(", \"gflops\": ");
         json_number(r->ok ? r->gflops : NAN);
         printf(", \"ratio_bare\": ");
@@ -414,6 +528,8 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
     printf("\n  ]");
     if (nratios)
         json_ratios(env, ratios, nratios);
+    if (nragged)
+        json_ragged(ragged, nragged);
     printf("\n}\n");
 }
 

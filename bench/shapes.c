@@ -19,6 +19,22 @@
         .kv_type = kv, .page = pg, .ref = reference, .ref_target = target      \
     }
 
+/* 1.2's ragged batches. S, one serving step of a Llama-3-8B-shaped layer:
+ * 30 sequences decoding one token against 128..8192 keys, spread
+ * geometrically (round(128 * 64^(i/29)), i = 0..29), then two prefill
+ * chunks of 512 rows against 2048 and 4096 keys. */
+static const int64_t serving_q[32] = {1, 1, 1, 1, 1, 1, 1, 1, 1,   1,  1,
+                                      1, 1, 1, 1, 1, 1, 1, 1, 1,   1,  1,
+                                      1, 1, 1, 1, 1, 1, 1, 1, 512, 512};
+static const int64_t serving_kv[32] = {
+    128,  148,  171,  197,  227,  262,  303,  349,  403,  465,  537,
+    620,  715,  826,  953,  1100, 1270, 1466, 1692, 1952, 2253, 2601,
+    3002, 3465, 3999, 4616, 5328, 6149, 7098, 8192, 2048, 4096};
+/* Tp, a training step's 8192 tokens: 8 documents, each attending to
+ * itself alone (Tq_b = Tk_b). */
+static const int64_t packed_docs[8] = {2048, 2048, 1536, 1024,
+                                       768,  384,  256,  128};
+
 static const bench_shape suite[] = {
     SQUARE("A", "N=1 H=8 T=1024 D=64", SDPA_FLOAT32, 1, 8, 1024, 64,
            SDPA_CAUSAL_NONE),
@@ -136,6 +152,41 @@ static const bench_shape suite[] = {
      .kv_type = SDPA_FLOAT16,
      .ref = "A",
      .ref_target = 1.15},
+    /* 1.2: ragged batches (serving.c, packed.c), each against the calls
+     * an engine or a trainer makes without them */
+    {.name = "S",
+     .what = "serving step: 30 decodes (128..8192 keys) + 2 prefills (512 "
+             "rows; 2048, 4096 keys), Hq=32 Hkv=8 D=128, paged f16 K/V",
+     .dtype = SDPA_FLOAT32,
+     .n = 32,
+     .hq = 32,
+     .hkv = 8,
+     .tq = 512,
+     .tk = 8192,
+     .dk = 128,
+     .dv = 128,
+     .causal = SDPA_CAUSAL_BOTTOM_RIGHT,
+     .decode = 1,
+     .kv_type = SDPA_FLOAT16,
+     .page = 16,
+     .ragged = BENCH_RAGGED_SERVING,
+     .seq_q = serving_q,
+     .seq_kv = serving_kv},
+    {.name = "Tp",
+     .what = "packed training: 8 documents (128..2048 tokens) in 8192, H=8 "
+             "D=64, causal",
+     .dtype = SDPA_FLOAT32,
+     .n = 8,
+     .hq = 8,
+     .hkv = 8,
+     .tq = 8192,
+     .tk = 8192,
+     .dk = 64,
+     .dv = 64,
+     .causal = SDPA_CAUSAL_BOTTOM_RIGHT,
+     .ragged = BENCH_RAGGED_PACKED,
+     .seq_q = packed_docs,
+     .seq_kv = packed_docs},
     {.name = "L",
      .what = "N=1 H=1 T=131072 D=64 causal top-left",
      .dtype = SDPA_FLOAT32,
@@ -166,7 +217,15 @@ const bench_shape *bench_shape_find(const char *name)
 
 int64_t bench_shape_kv_len(const bench_shape *s, int64_t b)
 {
+    if (s->ragged)
+        return s->seq_kv[b];
     return s->has_kv_lens ? s->kv_lens[b] : s->tk;
+}
+
+/* Query rows of batch item (or sequence) b. */
+static int64_t rows_of(const bench_shape *s, int64_t b)
+{
+    return s->ragged ? s->seq_q[b] : s->tq;
 }
 
 static int64_t min_i64(int64_t a, int64_t b)
@@ -180,7 +239,7 @@ void bench_shape_allowed(const bench_shape *s, int64_t b, int64_t i,
     const int64_t len = bench_shape_kv_len(s, b);
     /* the diagonal causality and the window measure from */
     const int64_t diag =
-        s->causal == SDPA_CAUSAL_TOP_LEFT ? i : i + (len - s->tq);
+        s->causal == SDPA_CAUSAL_TOP_LEFT ? i : i + (len - rows_of(s, b));
     int64_t lo = 0, hi = len;
     if (s->causal != SDPA_CAUSAL_NONE)
         hi = min_i64(hi, diag + 1);
@@ -196,7 +255,7 @@ double bench_shape_allowed_scores(const bench_shape *s)
 {
     double pairs = 0.0;
     for (int64_t b = 0; b < s->n; b++)
-        for (int64_t i = 0; i < s->tq; i++) {
+        for (int64_t i = 0; i < rows_of(s, b); i++) {
             int64_t lo, hi;
             bench_shape_allowed(s, b, i, &lo, &hi);
             pairs += hi > lo ? (double)(hi - lo) : 0.0;
@@ -214,7 +273,7 @@ static double sum_kv_len(const bench_shape *s)
 
 double bench_shape_flops(const bench_shape *s)
 {
-    if (s->window)
+    if (s->window || s->ragged)
         return 2.0 * (double)s->hq * (double)(s->dk + s->dv) *
                bench_shape_allowed_scores(s);
     double f = 2.0 * (double)s->hq * (double)s->tq * (double)(s->dk + s->dv) *

@@ -60,7 +60,7 @@ static uint16_t half_bits(float x, int type)
     return (uint16_t)(sign | (unsigned)(e + 14) << 10 | mant);
 }
 
-static float half_value(uint16_t h, int type)
+float bench_half_value(uint16_t h, int type)
 {
     if (type == SDPA_BFLOAT16) {
         uint32_t u = (uint32_t)h << 16;
@@ -75,9 +75,7 @@ static float half_value(uint16_t h, int type)
     return h & 0x8000u ? -v : v;
 }
 
-/* The float32 tensor x (count values) rounded in place for `type`, and
- * its copy in `type` (NULL for float32: x itself serves). */
-static void *typed_copy(float *x, size_t count, int type, int *failed)
+void *bench_typed_copy(float *x, size_t count, int type, int *failed)
 {
     if (type == 0 || type == SDPA_FLOAT32)
         return NULL;
@@ -95,6 +93,34 @@ static void *typed_copy(float *x, size_t count, int type, int *failed)
     return c;
 }
 
+void bench_scatter_pages(char *pool, const char *src, size_t es, int64_t hkv,
+                         int64_t tk, int64_t dim, int64_t len, int64_t page,
+                         const int32_t *table_row)
+{
+    size_t row = (size_t)dim * es;
+    size_t page_bytes = (size_t)(hkv * page) * row;
+    for (int64_t h = 0; h < hkv; h++)
+        for (int64_t j = 0; j < len; j++) {
+            size_t at = (size_t)table_row[j / page] * page_bytes +
+                        (size_t)(h * page + j % page) * row;
+            memcpy(pool + at, src + (size_t)(h * tk + j) * row, row);
+        }
+}
+
+void bench_shuffle_pages(int32_t *ids, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        ids[i] = (int32_t)i;
+    uint64_t state = 12345;
+    for (int64_t i = count - 1; i > 0; i--) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        int64_t j = (int64_t)((state >> 33) % (uint64_t)(i + 1));
+        int32_t t = ids[i];
+        ids[i] = ids[j];
+        ids[j] = t;
+    }
+}
+
 /* A pool of pages [page][head][slot][dim] holding the [N, Hkv, Tk, D]
  * tensor src (of `type`), pages assigned by the table. */
 static void *page_pool(const void *src, int type, const bench_shape *s,
@@ -102,22 +128,15 @@ static void *page_pool(const void *src, int type, const bench_shape *s,
                        int64_t pages)
 {
     size_t es = bench_type_size(type);
-    size_t row = (size_t)dim * es;
-    size_t page_bytes = (size_t)(s->hkv * s->page) * row;
+    size_t page_bytes = (size_t)(s->hkv * s->page * dim) * es;
     char *pool = bench_alloc((size_t)pages * page_bytes);
     if (!pool)
         return NULL;
     memset(pool, 0xff, (size_t)pages * page_bytes); /* NaN if read */
     for (int64_t b = 0; b < s->n; b++)
-        for (int64_t h = 0; h < s->hkv; h++)
-            for (int64_t j = 0; j < s->tk; j++) {
-                int64_t page = table[b * per_seq + j / s->page];
-                size_t at = (size_t)page * page_bytes +
-                            (size_t)(h * s->page + j % s->page) * row;
-                size_t from = (size_t)(((b * s->hkv + h) * s->tk + j) * dim);
-                memcpy(pool + at, (const char *)src + from * es,
-                       (size_t)dim * es);
-            }
+        bench_scatter_pages(
+            pool, (const char *)src + (size_t)(b * s->hkv * s->tk * dim) * es,
+            es, s->hkv, s->tk, dim, s->tk, s->page, table + b * per_seq);
     return pool;
 }
 
@@ -130,17 +149,7 @@ static int make_pages(bench_data *d)
     d->table = malloc((size_t)pages * sizeof *d->table);
     if (!d->table)
         return -1;
-    /* pages in a fixed shuffled order (a cache that has seen traffic) */
-    for (int64_t i = 0; i < pages; i++)
-        d->table[i] = (int32_t)i;
-    uint64_t state = 12345;
-    for (int64_t i = pages - 1; i > 0; i--) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        int64_t j = (int64_t)((state >> 33) % (uint64_t)(i + 1));
-        int32_t t = d->table[i];
-        d->table[i] = d->table[j];
-        d->table[j] = t;
-    }
+    bench_shuffle_pages(d->table, pages);
     void *k = page_pool(d->k_lib ? d->k_lib : d->k, kv, s, s->dk, d->table,
                         per_seq, pages);
     void *v = page_pool(d->v_lib ? d->v_lib : d->v, kv, s, s->dv, d->table,
@@ -174,9 +183,9 @@ int bench_storage_init(bench_data *d)
     size_t nk = (size_t)(s->n * s->hkv * s->tk * s->dk);
     size_t nv = (size_t)(s->n * s->hkv * s->tk * s->dv);
     int failed = 0;
-    d->q_lib = typed_copy(d->q, nq, s->io_type, &failed);
-    d->k_lib = typed_copy(d->k, nk, s->kv_type, &failed);
-    d->v_lib = typed_copy(d->v, nv, s->kv_type, &failed);
+    d->q_lib = bench_typed_copy(d->q, nq, s->io_type, &failed);
+    d->k_lib = bench_typed_copy(d->k, nk, s->kv_type, &failed);
+    d->v_lib = bench_typed_copy(d->v, nv, s->kv_type, &failed);
     if (failed)
         return -1;
     sdpa_forward_args *a = &d->args;
@@ -210,7 +219,8 @@ double bench_out_diff(const bench_data *d)
                                   s->dtype);
     double worst = 0;
     for (size_t i = 0; i < d->out_count; i++) {
-        double got = half_value(((const uint16_t *)d->out_lib)[i], s->io_type);
+        double got =
+            bench_half_value(((const uint16_t *)d->out_lib)[i], s->io_type);
         double want = ((const float *)d->out_ref)[i];
         double diff = fabs(got - want);
         if (!(diff <= worst)) /* NaN: +inf, never small */

@@ -1,4 +1,5 @@
-/* Clock, process memory and the machine's streaming read bandwidth. */
+/* Clock and timing medians, process memory (and a context's, through a
+ * counting allocator) and the machine's streaming read bandwidth. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
@@ -6,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* malloc_trim */
+#endif
 
 #include "bench.h"
 
@@ -22,6 +26,18 @@ double bench_cpu_now(void)
     if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
         return 0.0;
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 /* A "Key:   1234 kB" line of /proc/self/status, in bytes. */
@@ -59,6 +75,48 @@ int bench_mem_reset_peak(void)
         return -1;
     int ok = fputs("5", f) >= 0;
     return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+static void *count_alloc(void *opaque, size_t size, size_t alignment)
+{
+    bench_counter *c = opaque;
+    size_t a = alignment < sizeof(void *) ? sizeof(void *) : alignment;
+    size_t rounded = (size + a - 1) / a * a; /* aligned_alloc's rule */
+    void *p = aligned_alloc(a, rounded ? rounded : a);
+    if (!p)
+        return NULL;
+    size_t now = atomic_fetch_add(&c->live, size) + size;
+    size_t peak = atomic_load(&c->peak);
+    while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now))
+        ;
+    return p;
+}
+
+static void count_free(void *opaque, void *ptr, size_t size)
+{
+    bench_counter *c = opaque;
+    if (!ptr)
+        return;
+    atomic_fetch_sub(&c->live, size);
+    free(ptr);
+}
+
+int bench_ctx_create_counted(sdpa_ctx **ctx, bench_counter *c)
+{
+    atomic_init(&c->live, 0);
+    atomic_init(&c->peak, 0);
+    sdpa_allocator al = {sizeof al, count_alloc, count_free, c};
+    return sdpa_ctx_create_with_allocator(ctx, &al);
+}
+
+int64_t bench_mem_peak_start(int reset_ok)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    if (reset_ok)
+        bench_mem_reset_peak();
+    return reset_ok ? bench_mem_rss() : bench_mem_hwm();
 }
 
 const char *bench_cpu_model(char *buf, size_t size)
@@ -108,12 +166,6 @@ static void *sum_words(void *arg)
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The result is kept in a volatile sink so the sums cannot be elided. */
 static volatile uint64_t bandwidth_sink;
 
@@ -153,6 +205,5 @@ double bench_read_bandwidth(size_t bytes, int threads, int reps)
             bandwidth_sink += jobs[t].result;
     }
     free(buf);
-    qsort(times, (size_t)reps, sizeof times[0], cmp_double);
-    return (double)(words * sizeof(uint64_t)) / times[reps / 2];
+    return (double)(words * sizeof(uint64_t)) / bench_median(times, reps);
 }
