@@ -92,10 +92,13 @@ enum {
                                        is conservative),
                                        row stride below the row length, or an
                                        output that overlaps itself */
-    SDPA_ERR_OVERLAP = 8,           /* the address range (first to last
-                                       element) of an output meets another
-                                       output's or an input's: conservative,
-                                       interleaved tensors count too */
+    SDPA_ERR_OVERLAP = 8,           /* an output shares an element with
+                                       another output or an input; views
+                                       of one buffer with the same strides
+                                       and element size are told apart
+                                       element by element (1.2), others
+                                       by their address ranges (first to
+                                       last element): conservative */
     SDPA_ERR_OVERFLOW = 9,          /* an extent overflows size_t or BLAS int */
     SDPA_ERR_BAD_SCALE = 10,        /* scale negative, NaN or infinite, or
                                        above FLT_MAX in a float32 call */
@@ -632,8 +635,11 @@ typedef struct sdpa_mha_args {
 SDPA_API int sdpa_mha_forward(sdpa_ctx *ctx, const sdpa_mha_args *args);
 
 /* Validate args and plan the call without computing: *bytes receives the
- * scratch the call will hold in the context (what sdpa_forward would grow it
- * to; already-held scratch counts). Nothing is allocated or written.
+ * memory the context will hold after the call: the workers' scratch, the
+ * shared partials, a ragged call's sequence records, the caller's
+ * parallel-for's item records and the layer's buffer, as sdpa_forward
+ * would grow them (already-held memory counts; the thread pool's own
+ * bookkeeping does not). Nothing is allocated or written.
  *
  * Scratch is kept between calls: a call allocates nothing after an earlier
  * one on the same context that took the same path with the same dtype,
@@ -693,7 +699,7 @@ static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
  * its out and lse, the gradient dout of the loss with respect to out, and
  * where the gradients go. Zero-initialise, then set struct_size
  * (SDPA_BACKWARD_ARGS_INIT); grows like sdpa_forward_args (docs/ABI.md):
- * a struct_size below 952 (this version's size) is SDPA_ERR_STRUCT_SIZE.
+ * a struct_size below 952 (1.1's size) is SDPA_ERR_STRUCT_SIZE.
  *
  * The options (dtype, causal, flags, scale, softcap, kv_lens, mask, bias,
  * window, alibi_slopes, sinks) and q, k, v must be those of the forward
@@ -739,7 +745,33 @@ static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
  * With fewer such pairs than workers (and no broadcast gradient, dbias
  * over the keys included) it runs in two passes that split further, dk
  * and dv per key block then dq per query tile: seven products per tile
- * instead of five, spread over the workers, with the same bits. */
+ * instead of five, spread over the workers, with the same bits.
+ *
+ * Ragged batches (1.2; struct_size 976): seqs, q_offsets and kv_offsets
+ * as in sdpa_forward_args, FlashAttention's varlen backward. q, out, lse,
+ * dout and dq are [1, Hq, total_q, .] views (any strides) of which
+ * sequence b owns the rows [q_offsets[b], q_offsets[b + 1]); its keys are
+ * packed (with kv_offsets: k, v, dk and dv are [1, Hkv, total_k, D] and
+ * its keys their rows [kv_offsets[b], kv_offsets[b + 1])) or batched
+ * (without: k, v, dk and dv are [seqs, Hkv, Tk, D] and it reads and
+ * writes item b); kv_lens, optional, holds seqs values in [0, Tk_b].
+ * Refused (SDPA_ERR_BAD_RAGGED): keys shared by every sequence ([1, ...]
+ * with seqs > 1, whose gradient would be a sum over the sequences), mask,
+ * bias and dbias. Promise: each sequence's dq, dk and dv are bitwise those
+ * of an sdpa_backward on its own views alone (N = 1, the ragged fields 0)
+ * on the same context, and dsinks[h] is the sum, in sequence order, of the
+ * dsinks[h] those calls write (0 when no sequence has query rows), for
+ * every SDPA_OPT_NUM_THREADS and the caller's parallel-for. Every key of
+ * every sequence gets its gradient: a sequence without query rows gets
+ * dk = dv = +0 for its keys; one without keys (packed, Tk_b = 0) has
+ * empty rows, as in the forward (refused under SDPA_EMPTY_ROWS_ERROR
+ * unless sinks), and gets dq = +0, its sink terms counted in dsinks.
+ * Every sequence is checked as its own call would be (a message about one
+ * starts "sdpa_backward: sequence 3: ") and the packed tensors as wholes,
+ * before anything is written; then the items of every sequence run in one
+ * parallel phase (and a second for the sequences split in two passes),
+ * heaviest first. A non-finite value is reported by sequence, head, row
+ * of the sequence and packed row. */
 typedef struct sdpa_backward_args {
     size_t struct_size; /* sizeof(sdpa_backward_args) */
     int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64 */
@@ -757,11 +789,12 @@ typedef struct sdpa_backward_args {
     const double *alibi_slopes;
     const double *sinks;
     double *dsinks; /* optional output, Hq values */
-    /* 1.2: a ragged batch, as in sdpa_forward_args (packed or batched
-     * k and v; dq, dk, dv, dout sliced like q, k, v) */
-    int64_t seqs;
-    const int64_t *q_offsets;
-    const int64_t *kv_offsets;
+    /* 1.2: a ragged batch (see above) */
+    int64_t seqs;              /* the sequence count; 0 = rectangular */
+    const int64_t *q_offsets;  /* seqs + 1 offsets of the query rows of q,
+                                  out, lse, dout and dq (cu_seqlens_q) */
+    const int64_t *kv_offsets; /* optional: seqs + 1 offsets of the keys of
+                                  packed k, v, dk and dv (cu_seqlens_k) */
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif

@@ -32,6 +32,7 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/backward/validate.c
     ${CMAKE_CURRENT_LIST_DIR}/backward/plan.c
     ${CMAKE_CURRENT_LIST_DIR}/backward/run.c
+    ${CMAKE_CURRENT_LIST_DIR}/backward/ragged.c
     ${CMAKE_CURRENT_LIST_DIR}/merge/merge.c
     ${CMAKE_CURRENT_LIST_DIR}/layer/layer_common.c
     ${CMAKE_CURRENT_LIST_DIR}/layer/layer.c

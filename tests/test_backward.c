@@ -19,7 +19,8 @@
  * kernel the CPU has. Also: central finite differences in float64, bitwise
  * identity across thread counts (the split two-pass backward of a single
  * (batch item, KV head) pair included), no allocation on a repeated call,
- * and errors leaving the outputs untouched.
+ * running out of memory at any allocation (the split on the caller's
+ * parallel-for included), and errors leaving the outputs untouched.
  *
  * Tolerances, derived from the dtype as tests/test_random.c does (eps =
  * FLT_EPSILON or DBL_EPSILON; L, A, S the logit, ALiBi and sink bounds,
@@ -62,6 +63,7 @@
 #include <string.h>
 
 #include "sdpa.h"
+#include "caller_pool.h"
 #include "checks.h"
 #include "problem.h"
 #include "testutil.h"
@@ -830,81 +832,14 @@ static void fd_case(cfg *c)
     c->want_dbias = 1;
     c->bias_b[0] = 2;
     c->bias_b[1] = 3;
-    c->x.causal = SDPA_CAUSAL_BOTTOM_RIGHT;
+    tp_every_option(&c->x, 4);
     c->x.use_kvlens = 1;
     c->x.kv_lens[0] = 8;
     c->x.kv_lens[1] = 6;
-    c->x.scale = 0.7;
-    c->x.softcap = 2.0;
     c->amp = 0.9;
     c->empty_zero = 1;
     c->threads = 1;
-    c->x.use_window = 1;
-    c->x.win_left = 4;
-    c->x.win_right = -1;
-    c->x.use_alibi = 1;
-    c->x.use_sinks = 1;
     c->want_dsinks = 1;
-    for (int h = 0; h < 4; ++h) {
-        c->x.slopes[h] = 0.1 * (h + 1);
-        c->x.sinks[h] = 0.5 - 0.4 * h;
-    }
-}
-
-/* loss = Σ dout ∘ out */
-static double fd_loss(sdpa_ctx *ctx, inst *s)
-{
-    assert_int_equal(sdpa_forward(ctx, &s->fa), SDPA_OK);
-    double loss = 0;
-    const int64_t *e = s->out.t.shape;
-    for (int64_t b = 0; b < e[0]; ++b)
-        for (int64_t h = 0; h < e[1]; ++h)
-            for (int64_t i = 0; i < e[2]; ++i)
-                for (int64_t d = 0; d < e[3]; ++d)
-                    loss +=
-                        tget(&s->dout, b, h, i, d) * tget(&s->out, b, h, i, d);
-    return loss;
-}
-
-/* Central difference of the loss in element (a, b, c, d) of x (or in *p
- * when p is not NULL), against the analytic value. */
-static int fd_check(sdpa_ctx *ctx, inst *s, tbuf *x, double *p, int64_t a,
-                    int64_t b, int64_t c, int64_t d, double analytic,
-                    const char *what, double *worst)
-{
-    const double step = 1e-5;
-    double x0 = p ? *p : tget(x, a, b, c, d);
-    if (!isfinite(x0))
-        return 0;
-    if (p)
-        *p = x0 + step;
-    else
-        tset(x, a, b, c, d, x0 + step);
-    double up = fd_loss(ctx, s);
-    if (p)
-        *p = x0 - step;
-    else
-        tset(x, a, b, c, d, x0 - step);
-    double down = fd_loss(ctx, s);
-    if (p)
-        *p = x0;
-    else
-        tset(x, a, b, c, d, x0);
-    double fd = (up - down) / (2 * step);
-    double err = fabs(fd - analytic);
-    /* truncation ~ step² · third derivative (O(1) here), rounding
-     * ~ eps · |loss| / step */
-    double tol = 1e-7 + 1e-6 * fabs(analytic);
-    if (err / tol > *worst)
-        *worst = err / tol;
-    if (!(err <= tol)) {
-        print_message("  FD %s[%lld,%lld,%lld,%lld]: analytic %.12g, finite "
-                      "difference %.12g\n",
-                      what, (long long)a, (long long)b, (long long)c,
-                      (long long)d, analytic, fd);
-        return 1;
-    }
-    return 0;
 }
 
 static void test_finite_differences(void **state)
@@ -916,8 +851,9 @@ static void test_finite_differences(void **state)
     inst_make(&s, &c);
     sdpa_ctx *ctx = tp_ctx(0);
     set_common(ctx, &c);
+    tp_fd_point at = {ctx, &s.fa, &s.dout, &s.out};
     /* the analytic gradients at the point */
-    (void)fd_loss(ctx, &s);
+    assert_true(isfinite(tp_fd_loss(&at)) != 0);
     reset_grads(&s);
     assert_int_equal(sdpa_backward(ctx, &s.ba), SDPA_OK);
     tbuf dq = s.dq, dk = s.dk, dv = s.dv, db = s.dbias;
@@ -930,24 +866,24 @@ static void test_finite_differences(void **state)
         for (int64_t h = 0; h < c.Hq; ++h)
             for (int64_t i = 0; i < c.Tq; ++i)
                 for (int64_t d = 0; d < c.Dk; ++d, ++checked)
-                    bad |= fd_check(ctx, &s, &s.q, NULL, b, h, i, d,
-                                    tget(&dq, b, h, i, d), "q", &worst);
+                    bad |= tp_fd_check(tp_fd_loss, &at, &s.q, NULL, b, h, i, d,
+                                       tget(&dq, b, h, i, d), "q", &worst);
     for (int64_t h = 0; h < c.Hkv; ++h)
         for (int64_t j = 0; j < c.Tk; ++j) {
             for (int64_t d = 0; d < c.Dk; ++d, ++checked)
-                bad |= fd_check(ctx, &s, &s.k, NULL, 0, h, j, d,
-                                tget(&dk, 0, h, j, d), "k", &worst);
+                bad |= tp_fd_check(tp_fd_loss, &at, &s.k, NULL, 0, h, j, d,
+                                   tget(&dk, 0, h, j, d), "k", &worst);
             for (int64_t d = 0; d < c.Dv; ++d, ++checked)
-                bad |= fd_check(ctx, &s, &s.v, NULL, 0, h, j, d,
-                                tget(&dv, 0, h, j, d), "v", &worst);
+                bad |= tp_fd_check(tp_fd_loss, &at, &s.v, NULL, 0, h, j, d,
+                                   tget(&dv, 0, h, j, d), "v", &worst);
         }
     for (int64_t i = 0; i < c.Tq; ++i)
         for (int64_t j = 0; j < c.Tk; ++j, ++checked)
-            bad |= fd_check(ctx, &s, &s.bias, NULL, 0, 0, i, j,
-                            tget(&db, 0, 0, i, j), "bias", &worst);
+            bad |= tp_fd_check(tp_fd_loss, &at, &s.bias, NULL, 0, 0, i, j,
+                               tget(&db, 0, 0, i, j), "bias", &worst);
     for (int64_t h = 0; h < c.Hq; ++h, ++checked)
-        bad |= fd_check(ctx, &s, NULL, &c.x.sinks[h], 0, h, 0, 0, dsinks[h],
-                        "sinks", &worst);
+        bad |= tp_fd_check(tp_fd_loss, &at, NULL, &c.x.sinks[h], 0, h, 0, 0,
+                           dsinks[h], "sinks", &worst);
     print_message("  %ld partial derivatives, largest error/tolerance %.3g\n",
                   checked, worst);
     sdpa_ctx_destroy(ctx);
@@ -1071,20 +1007,64 @@ static void test_no_allocation_when_repeated(void **state)
         inst s;
         inst_make(&s, &c);
         set_common(ctx, &c);
-        assert_int_equal(sdpa_forward(ctx, &s.fa), SDPA_OK);
-        assert_int_equal(sdpa_backward(ctx, &s.ba), SDPA_OK);
-        long before = ca.allocs;
         /* a training loop: forward and backward share the scratch */
-        for (int rep = 0; rep < 3; ++rep) {
-            assert_int_equal(sdpa_forward(ctx, &s.fa), SDPA_OK);
-            assert_int_equal(sdpa_backward(ctx, &s.ba), SDPA_OK);
-        }
-        assert_int_equal(ca.allocs, before);
+        assert_int_equal(tp_training_allocs(ctx, &ca, &s.fa, &s.ba), 0);
         inst_free(&s);
         sdpa_ctx_destroy(ctx);
         assert_int_equal(ca.live_bytes, 0);
         assert_int_equal(ca.bad_free, 0);
     }
+}
+
+/* ---- Out of memory: the outputs untouched. ---------------------------- */
+/* The split on the caller's parallel-for, its second pass (dQ of 74 query
+ * tiles) with more items than its first (3 key blocks): every allocation
+ * refused in turn gives SDPA_ERR_OUT_OF_MEMORY with the outputs as they
+ * were (the claims of both passes are reserved first), until the call
+ * succeeds with the bits of a plain context. */
+static void test_out_of_memory_caller_threads(void **state)
+{
+    (void)state;
+    static counting_alloc ca;
+    cfg c;
+    threads_case(&c, 4245, SDPA_FLOAT32, 3);
+    c.block_q = 1;
+    inst s;
+    inst_make(&s, &c);
+    sdpa_ctx *plain = tp_ctx(0);
+    set_common(plain, &c);
+    assert_int_equal(sdpa_forward(plain, &s.fa), SDPA_OK);
+    reset_grads(&s);
+    assert_int_equal(sdpa_backward(plain, &s.ba), SDPA_OK);
+    sdpa_ctx_destroy(plain);
+    const size_t bytes = s.dk.elems * s.dk.esize;
+    void *want = malloc(bytes);
+    assert_non_null(want);
+    memcpy(want, s.dk.mem, bytes);
+    long refused = 0;
+    for (long at = 0;; ++at) {
+        sdpa_allocator al = ca_start(&ca, -1);
+        sdpa_ctx *ctx = NULL;
+        assert_int_equal(sdpa_ctx_create_with_allocator(&ctx, &al), SDPA_OK);
+        set_common(ctx, &c);
+        test_pool tp = {.workers = 3};
+        assert_int_equal(
+            sdpa_ctx_set_parallel_for(ctx, test_parallel_for, &tp, 3), SDPA_OK);
+        ca.fail_at = ca.allocs + ca.failures + at;
+        reset_grads(&s);
+        int rc = sdpa_backward(ctx, &s.ba);
+        sdpa_ctx_destroy(ctx);
+        if (rc == SDPA_OK) {
+            assert_memory_equal(want, s.dk.mem, bytes);
+            break;
+        }
+        assert_int_equal(rc, SDPA_ERR_OUT_OF_MEMORY);
+        assert_true(grads_untouched(&s, 1));
+        refused++;
+    }
+    assert_true(refused >= 4); /* scratch of 3 workers, the claims */
+    free(want);
+    inst_free(&s);
 }
 
 /* ---- Errors: the status, the message, the outputs untouched. ----------- */
@@ -1203,6 +1183,69 @@ static void test_errors(void **state)
     inst_free(&s);
 }
 
+/* A GPT-2-style trainer's fused buffers: q, k and v interleaved in one
+ * [N, T, 3, H, D] buffer, and dq, dk and dv in another of the same layout.
+ * They share no element, so the backward takes them (the element-wise
+ * overlap rule), with the bits of three separate gradient buffers. */
+static void test_fused_qkv_gradients(void **state)
+{
+    (void)state;
+    enum { N = 2, T = 7, H = 2, D = 4, C = H * D, ROW = 3 * C };
+    float qkv[N * T * ROW], out[N * T * C], lse[N * H * T], dout[N * T * C];
+    float dqkv[N * T * ROW], dq[N * H * T * D], dk[N * H * T * D],
+        dv[N * H * T * D];
+    rng r = {99};
+    for (size_t i = 0; i < sizeof qkv / sizeof qkv[0]; i++)
+        qkv[i] = (float)rng_sym(&r, 1);
+    for (size_t i = 0; i < sizeof dout / sizeof dout[0]; i++)
+        dout[i] = (float)rng_sym(&r, 1);
+    /* head h of token t of part p (0 q, 1 k, 2 v) at t·ROW + p·C + h·D */
+    const int64_t strides[4] = {T * ROW, D, ROW, 1};
+    sdpa_tensor part[3], grad[3];
+    for (int p = 0; p < 3; p++) {
+        part[p] = (sdpa_tensor){qkv + p * C, {N, H, T, D}, {0}};
+        grad[p] = (sdpa_tensor){dqkv + p * C, {N, H, T, D}, {0}};
+        memcpy(part[p].stride, strides, sizeof strides);
+        memcpy(grad[p].stride, strides, sizeof strides);
+    }
+    sdpa_ctx *ctx = NULL;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
+    f.dtype = SDPA_FLOAT32;
+    f.causal = SDPA_CAUSAL_TOP_LEFT;
+    f.q = part[0];
+    f.k = part[1];
+    f.v = part[2];
+    f.out = sdpa_tensor_bthd(out, N, H, T, D);
+    f.lse = sdpa_tensor_bhtd(lse, N, H, T, 1);
+    assert_int_equal(sdpa_forward(ctx, &f), SDPA_OK);
+    sdpa_backward_args b = tp_backward_of(&f);
+    b.dout = sdpa_tensor_bthd(dout, N, H, T, D);
+    b.dq = sdpa_tensor_bhtd(dq, N, H, T, D);
+    b.dk = sdpa_tensor_bhtd(dk, N, H, T, D);
+    b.dv = sdpa_tensor_bhtd(dv, N, H, T, D);
+    assert_int_equal(sdpa_backward(ctx, &b), SDPA_OK);
+    b.dq = grad[0];
+    b.dk = grad[1];
+    b.dv = grad[2];
+    memset(dqkv, 0, sizeof dqkv);
+    int status = sdpa_backward(ctx, &b);
+    if (status != SDPA_OK)
+        fail_msg("fused gradients: %d (%s)", status, sdpa_ctx_last_error(ctx));
+    const float *sep[3] = {dq, dk, dv};
+    for (int p = 0; p < 3; p++)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++)
+                    assert_memory_equal(
+                        dqkv + n * T * ROW + t * ROW + p * C + h * D,
+                        sep[p] + ((n * H + h) * T + t) * D, D * sizeof(float));
+    /* one row further, dk would meet dq's elements: refused */
+    b.dk.data = dqkv + C - D;
+    assert_int_equal(sdpa_backward(ctx, &b), SDPA_ERR_OVERLAP);
+    sdpa_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1210,6 +1253,8 @@ int main(void)
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_no_allocation_when_repeated),
+        cmocka_unit_test(test_out_of_memory_caller_threads),
+        cmocka_unit_test(test_fused_qkv_gradients),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

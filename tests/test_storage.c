@@ -42,13 +42,13 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "caller_pool.h"
 #include "checks.h"
 #include "reference.h"
 #include "half_codec.h"
@@ -420,14 +420,7 @@ static pool make_pool(const problem *p, int64_t page, int type, bool vllm,
     pl.table = malloc((size_t)(p->n * pl.stride) * sizeof *pl.table);
     assert_non_null(perm);
     assert_non_null(pl.table);
-    for (int64_t i = 0; i < pages; i++)
-        perm[i] = (int32_t)i;
-    for (int64_t i = pages - 1; i > 0; i--) {
-        int64_t j = rng_int(r, 0, i);
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    tp_permutation(perm, pages, r);
     for (int64_t b = 0; b < p->n; b++)
         for (int64_t c = 0; c < pl.stride; c++)
             pl.table[b * pl.stride + c] =
@@ -553,64 +546,6 @@ static void test_paged_equals_contiguous(void **state)
 }
 
 /* ---- The caller's threads. ------------------------------------------- */
-
-/* A small pool of the test's own: `workers` threads (the caller is worker
- * 0) that take items from a shared counter. misbehave: 1 skips item 0,
- * 2 names worker `workers`, 3 calls item 1 in place of item 0 (as many
- * calls as items: only knowing which items ran tells; fuzz_storage's
- * finding 2, accepted with SDPA_OK and rows never written before). */
-typedef struct test_pool {
-    int workers, misbehave;
-    atomic_llong next;
-    int64_t items;
-    sdpa_task_fn task;
-    void *arg;
-    atomic_int calls; /* parallel_for calls made */
-} test_pool;
-
-typedef struct worker_ctx {
-    test_pool *pool;
-    int index;
-} worker_ctx;
-
-static void *test_worker(void *opaque)
-{
-    worker_ctx *w = opaque;
-    test_pool *tp = w->pool;
-    for (;;) {
-        int64_t item = atomic_fetch_add(&tp->next, 1);
-        if (item >= tp->items)
-            break;
-        if (tp->misbehave == 1 && item == 0)
-            continue;
-        int worker = tp->misbehave == 2 ? tp->workers : w->index;
-        if (tp->misbehave == 3 && item == 0 && tp->items > 1)
-            item = 1;
-        tp->task(tp->arg, item, worker);
-    }
-    return NULL;
-}
-
-static void test_parallel_for(void *user, int64_t items, sdpa_task_fn task,
-                              void *arg)
-{
-    test_pool *tp = user;
-    atomic_fetch_add(&tp->calls, 1);
-    tp->items = items;
-    tp->task = task;
-    tp->arg = arg;
-    atomic_store(&tp->next, 0);
-    pthread_t threads[8];
-    worker_ctx ws[8];
-    for (int i = 0; i < tp->workers; i++)
-        ws[i] = (worker_ctx){tp, i};
-    for (int i = 1; i < tp->workers; i++)
-        assert_int_equal(pthread_create(&threads[i], NULL, test_worker, &ws[i]),
-                         0);
-    test_worker(&ws[0]);
-    for (int i = 1; i < tp->workers; i++)
-        pthread_join(threads[i], NULL);
-}
 
 static void test_caller_threads(void **state)
 {

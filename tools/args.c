@@ -1,6 +1,8 @@
 /*
- * Argument helpers of the sdpa tool: one-line reports of bad arguments,
- * the option walker and the value parsers (tool.h).
+ * Argument helpers of the sdpa tool: one-line reports of bad arguments
+ * (which echo the user's text escaped, so that a control character cannot
+ * break the line or reach the terminal), the option walker and the value
+ * parsers (tool.h).
  */
 #include "tool.h"
 
@@ -8,6 +10,36 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+const char *tool_escape(const char *s, size_t len, char *buf, size_t size)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t used = 0;
+    for (size_t i = 0; i < len && s[i] != '\0'; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        char piece[5] = {(char)c, '\0'};
+        if (c == '\\' || c == '"') {
+            piece[0] = '\\';
+            piece[1] = (char)c;
+            piece[2] = '\0';
+        } else if (c < 0x20 || c == 0x7f) {
+            piece[0] = '\\';
+            piece[1] = 'x';
+            piece[2] = hex[c >> 4];
+            piece[3] = hex[c & 15];
+            piece[4] = '\0';
+        }
+        const size_t n = strlen(piece);
+        if (used + n + 4 > size) { /* room for "..." and the terminator */
+            memcpy(buf + used, "...", 4);
+            return buf;
+        }
+        memcpy(buf + used, piece, n);
+        used += n;
+    }
+    buf[used] = '\0';
+    return buf;
+}
 
 int tool_bad_arg(const char *cmd, const char *fmt, ...)
 {
@@ -35,10 +67,12 @@ bool tool_args_next(tool_args *a, int *status)
         return false;
     const char *arg = a->argv[a->next++];
     if (strncmp(arg, "--", 2) != 0 && strcmp(arg, "-h") != 0) {
+        char shown[TOOL_ESCAPED];
         *status = tool_bad_arg(a->cmd,
                                "unexpected argument \"%s\" (options start "
                                "with --; see sdpa %s --help)",
-                               arg, a->cmd);
+                               tool_escape(arg, SIZE_MAX, shown, sizeof shown),
+                               a->cmd);
         return false;
     }
     const char *eq = strchr(arg, '=');
@@ -61,8 +95,10 @@ bool tool_args_value(tool_args *a, int *status)
         return true;
     }
     if (a->next >= a->argc) {
-        *status = tool_bad_arg(a->cmd, "%.*s: needs a value", (int)a->opt_len,
-                               a->opt);
+        char opt[TOOL_ESCAPED];
+        *status =
+            tool_bad_arg(a->cmd, "%s: needs a value",
+                         tool_escape(a->opt, a->opt_len, opt, sizeof opt));
         return false;
     }
     a->value = a->argv[a->next++];
@@ -73,15 +109,32 @@ bool tool_args_flag(tool_args *a, int *status)
 {
     if (!a->inline_value)
         return true;
-    *status = tool_bad_arg(a->cmd, "%.*s: takes no value (got \"%s\")",
-                           (int)a->opt_len, a->opt, a->inline_value);
+    char opt[TOOL_ESCAPED], value[TOOL_ESCAPED];
+    *status = tool_bad_arg(
+        a->cmd, "%s: takes no value (got \"%s\")",
+        tool_escape(a->opt, a->opt_len, opt, sizeof opt),
+        tool_escape(a->inline_value, SIZE_MAX, value, sizeof value));
     return false;
 }
 
 int tool_args_unknown(const tool_args *a)
 {
-    return tool_bad_arg(a->cmd, "unknown option \"%.*s\" (see sdpa %s --help)",
-                        (int)a->opt_len, a->opt, a->cmd);
+    char opt[TOOL_ESCAPED];
+    return tool_bad_arg(a->cmd, "unknown option \"%s\" (see sdpa %s --help)",
+                        tool_escape(a->opt, a->opt_len, opt, sizeof opt),
+                        a->cmd);
+}
+
+/* The option's name and value, escaped, for a report. */
+typedef struct shown_arg {
+    char opt[TOOL_ESCAPED], value[TOOL_ESCAPED];
+} shown_arg;
+
+static shown_arg *show_arg(const tool_args *a, shown_arg *shown)
+{
+    tool_escape(a->opt, a->opt_len, shown->opt, sizeof shown->opt);
+    tool_escape(a->value, SIZE_MAX, shown->value, sizeof shown->value);
+    return shown;
 }
 
 /* Parses one decimal integer from s up to `end_char` (',' or '\0'); *end
@@ -113,8 +166,10 @@ static void report_range(tool_args *a, int64_t min, int64_t max, int *status,
     const char *what =
         list ? (min == 1 ? "a list of positive integers" : "a list of integers")
              : (min == 1 ? "a positive integer" : "an integer");
-    *status = tool_bad_arg(a->cmd, "%.*s: \"%s\" is not %s%s", (int)a->opt_len,
-                           a->opt, a->value, what, bound);
+    shown_arg shown;
+    show_arg(a, &shown);
+    *status = tool_bad_arg(a->cmd, "%s: \"%s\" is not %s%s", shown.opt,
+                           shown.value, what, bound);
 }
 
 bool tool_parse_int(tool_args *a, int64_t min, int64_t max, int64_t *out,
@@ -144,12 +199,54 @@ bool tool_parse_int_list(tool_args *a, int64_t min, int64_t max, int64_t *out,
             return false;
         }
         if (n == max_count) {
-            *status =
-                tool_bad_arg(a->cmd, "%.*s: \"%s\" has more than %d values",
-                             (int)a->opt_len, a->opt, a->value, max_count);
+            shown_arg shown;
+            show_arg(a, &shown);
+            *status = tool_bad_arg(a->cmd, "%s: \"%s\" has more than %d values",
+                                   shown.opt, shown.value, max_count);
             return false;
         }
         out[n++] = v;
+        if (*end == '\0')
+            break;
+        s = end + 1;
+    }
+    *count = n;
+    return true;
+}
+
+bool tool_parse_repeat_list(tool_args *a, int64_t min, int64_t max,
+                            int64_t *out, int max_count, int *count,
+                            int *status)
+{
+    const char *s = a->value;
+    int n = 0;
+    for (;;) {
+        const char *end;
+        int64_t v, times = 1;
+        bool ok = parse_one(s, &v, &end);
+        if (ok && *end == 'x') { /* COUNTxVALUE */
+            times = v;
+            ok = times >= 1 && parse_one(end + 1, &v, &end);
+        }
+        if (!ok || (*end != ',' && *end != '\0') || v < min || v > max) {
+            shown_arg shown;
+            show_arg(a, &shown);
+            *status = tool_bad_arg(
+                a->cmd,
+                "%s: \"%s\" is not a list of integers in [%lld, %lld] (each "
+                "VALUE or COUNTxVALUE, comma-separated)",
+                shown.opt, shown.value, (long long)min, (long long)max);
+            return false;
+        }
+        if (times > max_count - n) {
+            shown_arg shown;
+            show_arg(a, &shown);
+            *status = tool_bad_arg(a->cmd, "%s: \"%s\" has more than %d values",
+                                   shown.opt, shown.value, max_count);
+            return false;
+        }
+        for (int64_t t = 0; t < times; t++)
+            out[n++] = v;
         if (*end == '\0')
             break;
         s = end + 1;
@@ -171,8 +268,10 @@ bool tool_parse_choice(tool_args *a, const char *const *names, int *out,
     for (int i = 0; names[i] && used < sizeof list; i++)
         used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
                                  i ? ", " : "", names[i]);
-    *status = tool_bad_arg(a->cmd, "%.*s: \"%s\" is not one of %s",
-                           (int)a->opt_len, a->opt, a->value, list);
+    shown_arg shown;
+    show_arg(a, &shown);
+    *status = tool_bad_arg(a->cmd, "%s: \"%s\" is not one of %s", shown.opt,
+                           shown.value, list);
     return false;
 }
 

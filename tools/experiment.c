@@ -585,11 +585,13 @@ int tool_cmd_experiment(int argc, char **argv)
         return tool_bad_arg("experiment", "needs the experiment's name: "
                                           "scale (see sdpa experiment "
                                           "--help)");
+    char shown[TOOL_ESCAPED];
     if (strcmp(argv[1], "scale") != 0)
-        return tool_bad_arg("experiment",
-                            "unknown experiment \"%s\" (the one there is: "
-                            "scale)",
-                            argv[1]);
+        return tool_bad_arg(
+            "experiment",
+            "unknown experiment \"%s\" (the one there is: "
+            "scale)",
+            tool_escape(argv[1], SIZE_MAX, shown, sizeof shown));
     int64_t seeds = 10, steps = 2000, heads = 4, lag = 2;
     bool csv = false, check = false;
     tool_args a;

@@ -8,7 +8,8 @@
  *                    (Persian; docs/SEMANTICS.md, "Sources"), rerun with
  *                    the library's per-row diagnostics (stats.c)
  *   sdpa plan        flops, T×T bytes and libsdpa's workspace of a call,
- *                    and the path AUTO takes (plan.c)
+ *                    and the path AUTO takes (plan.c); of a ragged call,
+ *                    per sequence and in all (plan_ragged.c)
  *   sdpa experiment scale  the training experiment on the scale of the
  *                    textbook unit "32.2 Scaled dot-product attention"
  *                    (exercise F5), with sdpa_mha_forward / _backward
@@ -113,10 +114,12 @@ static int no_options(int argc, char **argv, const char *name,
         usage_fn(stdout);
         return TOOL_EXIT_OK;
     }
+    char shown[TOOL_ESCAPED];
     return tool_bad_arg(name,
                         "unexpected argument \"%s\" (takes no "
                         "options; see sdpa %s --help)",
-                        argv[1], name);
+                        tool_escape(argv[1], SIZE_MAX, shown, sizeof shown),
+                        name);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -248,11 +251,13 @@ int tool_cmd_help(int argc, char **argv)
         usage(stdout);
         return TOOL_EXIT_OK;
     }
+    char shown[TOOL_ESCAPED];
     if (argc > 2)
-        return tool_bad_arg("help",
-                            "unexpected argument \"%s\" (sdpa help "
-                            "takes one command name)",
-                            argv[2]);
+        return tool_bad_arg(
+            "help",
+            "unexpected argument \"%s\" (sdpa help "
+            "takes one command name)",
+            tool_escape(argv[2], SIZE_MAX, shown, sizeof shown));
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage_help(stdout);
         return TOOL_EXIT_OK;
@@ -265,7 +270,7 @@ int tool_cmd_help(int argc, char **argv)
     return tool_bad_arg("help",
                         "unknown command \"%s\" (sdpa --help lists "
                         "them)",
-                        argv[1]);
+                        tool_escape(argv[1], SIZE_MAX, shown, sizeof shown));
 }
 
 int main(int argc, char **argv)
@@ -284,8 +289,9 @@ int main(int argc, char **argv)
         if (strcmp(name, commands[i].name) == 0)
             return commands[i].run(argc - 1, argv + 1);
 
+    char shown[TOOL_ESCAPED];
     fprintf(stderr,
             "sdpa: unknown command \"%s\" (sdpa --help lists the commands)\n",
-            argv[1]);
+            tool_escape(argv[1], SIZE_MAX, shown, sizeof shown));
     return TOOL_EXIT_USAGE;
 }

@@ -30,12 +30,18 @@ void tool_usage_stats(FILE *f);
 void tool_usage_plan(FILE *f);
 
 /* Prints "sdpa CMD: <message>\n" on stderr (one line) and returns
- * TOOL_EXIT_USAGE. */
+ * TOOL_EXIT_USAGE. Text from the command line goes through tool_escape. */
 int tool_bad_arg(const char *cmd, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* The first len bytes of s (up to its end) as buf, a C string of at most
+ * size bytes: backslash and double quote escaped with a backslash, control
+ * characters as \xHH, cut with "..." when it does not fit. Returns buf. */
+enum { TOOL_ESCAPED = 160 };
+const char *tool_escape(const char *s, size_t len, char *buf, size_t size);
 
 /* Walks argv[1..] of a subcommand. Options are `--name value` or
  * `--name=value`; flags are `--name`. */
@@ -69,6 +75,12 @@ bool tool_parse_int(tool_args *a, int64_t min, int64_t max, int64_t *out,
 /* A comma-separated list of integers in [min, max], at most max_count. */
 bool tool_parse_int_list(tool_args *a, int64_t min, int64_t max, int64_t *out,
                          int max_count, int *count, int *status);
+/* A comma-separated list of integers in [min, max], each VALUE or
+ * COUNTxVALUE (COUNT >= 1 copies of VALUE: "31x1,512" is 31 ones, then
+ * 512), at most max_count values in all. */
+bool tool_parse_repeat_list(tool_args *a, int64_t min, int64_t max,
+                            int64_t *out, int max_count, int *count,
+                            int *status);
 /* One of the NULL-terminated names; *out receives its index. */
 bool tool_parse_choice(tool_args *a, const char *const *names, int *out,
                        int *status);

@@ -39,7 +39,9 @@
  * K and V rows no row may see are never read, as in the forward.
  *
  * The pipeline is the forward's: validate (validate.c) → plan (plan.c) →
- * reserve scratch and workers → run (run.c).
+ * reserve scratch and workers → run (run.c). A ragged batch (ragged.c)
+ * validates and plans each sequence as such a call of its own, then runs
+ * the items of all of them at once.
  */
 #include "backward/backward.h"
 
@@ -47,11 +49,17 @@
 
 int sdpa_backward_call(sdpa_ctx *ctx, const sdpa_backward_args *args)
 {
+    sdpa_backward_args known;
+    int status = sdpa_backward_import(ctx, args, &known);
+    if (status != SDPA_OK)
+        return status;
+    if (sdpa_backward_is_ragged(&known))
+        return sdpa_ragged_backward(ctx, &known);
     sdpa_bwd_problem bp;
     sdpa_bwd_plan plan;
-    int status = sdpa_backward_validate(ctx, args, &bp);
+    status = sdpa_backward_validate(ctx, WHO, &known, &bp);
     if (status == SDPA_OK)
-        status = sdpa_backward_plan(ctx, &bp, &plan);
+        status = sdpa_backward_plan(ctx, WHO, &bp, &plan);
     if (status == SDPA_OK)
         status = sdpa_scratch_reserve(ctx, WHO, plan.run.reserve_workers,
                                       plan.worker_bytes, 0);

@@ -47,19 +47,64 @@ typedef struct sdpa_bwd_plan {
 /* The gradients a tile adds to (backward_impl.h, backward_tile). */
 enum { BWD_KV = 1u, BWD_Q = 2u };
 
-/* Checks every argument into *bp; writes nothing else but, on failure,
- * ctx's message. */
-int sdpa_backward_validate(sdpa_ctx *ctx, const sdpa_backward_args *args,
-                           sdpa_bwd_problem *bp);
+/* The caller's struct imported at this library's size (struct_size and
+ * tail rules, core/struct_import.h) into *known. */
+int sdpa_backward_import(sdpa_ctx *ctx, const sdpa_backward_args *args,
+                         sdpa_backward_args *known);
+
+/* Checks every argument of an imported rectangular call into *bp, its
+ * messages starting with `who` (a ragged call's sequence passes "sdpa_backward:
+ * sequence 3"); writes nothing else but, on failure, ctx's message. */
+int sdpa_backward_validate(sdpa_ctx *ctx, const char *who,
+                           const sdpa_backward_args *a, sdpa_bwd_problem *bp);
+
+/* What the forward's rules do not cover: the dtype, lse present, dbias and
+ * dsinks only with bias and sinks. Part of sdpa_backward_validate. */
+int sdpa_backward_check_own(sdpa_ctx *ctx, const char *who,
+                            const sdpa_backward_args *a);
+
+/* The forward call of the same fields (the ragged ones included), whose
+ * rules the backward's inputs follow. */
+sdpa_forward_args sdpa_backward_forward_fields(const sdpa_backward_args *a);
 
 /* Tiles, the work split and the scratch layout of a validated call. */
-int sdpa_backward_plan(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
-                       sdpa_bwd_plan *plan);
+int sdpa_backward_plan(sdpa_ctx *ctx, const char *who,
+                       const sdpa_bwd_problem *bp, sdpa_bwd_plan *plan);
+
+/* Would the BLAS's own threads run this plan's gemms better than the
+ * workers (then the call runs on one worker)? */
+bool sdpa_backward_blas_owns_cores(const sdpa_bwd_problem *bp,
+                                   const sdpa_bwd_plan *plan);
 
 /* Runs the plan on reserved scratch and workers: dbias zeroed, the work
  * items, then dsinks. SDPA_ERR_NONFINITE with *where. */
 int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
                       sdpa_bwd_plan *plan, sdpa_where *where);
+
+/* The work items of sdpa_backward_run, handed &bp->p and &plan->run: the
+ * single pass's (one per (batch item, KV head) pair of the plan), and the
+ * split's two passes' (dK, dV per key block; dQ per query tile). */
+int sdpa_backward_item(const sdpa_problem *p, const sdpa_plan *plan, int kernel,
+                       void *scratch, int64_t item, sdpa_where *where);
+int sdpa_backward_kv_item(const sdpa_problem *p, const sdpa_plan *plan,
+                          int kernel, void *scratch, int64_t item,
+                          sdpa_where *where);
+int sdpa_backward_q_item(const sdpa_problem *p, const sdpa_plan *plan,
+                         int kernel, void *scratch, int64_t item,
+                         sdpa_where *where);
+
+/* dsinks[h] of a validated call (sdpa_backward_run writes it): a sum in
+ * double over the call's rows in order. */
+double sdpa_backward_sink_gradient(const sdpa_bwd_problem *bp, int64_t h);
+
+/* sdpa_backward on a ragged batch (ragged.c); args is imported. */
+int sdpa_ragged_backward(sdpa_ctx *ctx, const sdpa_backward_args *args);
+
+/* Is this an imported call with ragged fields? */
+static inline bool sdpa_backward_is_ragged(const sdpa_backward_args *a)
+{
+    return a->seqs != 0 || a->q_offsets || a->kv_offsets;
+}
 
 /* The most items of any pass of the plan. */
 static inline int64_t sdpa_backward_most_items(const sdpa_bwd_plan *plan)

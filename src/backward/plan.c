@@ -85,6 +85,18 @@ static bool plan_scratch(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl)
                               &pl->worker_bytes);
 }
 
+/* Workers whose gemms the BLAS threads would queue on its lock: let the
+ * BLAS use the cores (only the worker count changes). */
+bool sdpa_backward_blas_owns_cores(const sdpa_bwd_problem *bp,
+                                   const sdpa_bwd_plan *pl)
+{
+    const sdpa_problem *p = &bp->p;
+    double dmax = (double)(p->dim_k > p->dim_v ? p->dim_k : p->dim_v);
+    return sdpa_blas_threads() > 1 &&
+           (double)pl->block_q * (double)pl->block_k * dmax >
+               SDPA_BLAS_SERIAL_MNK;
+}
+
 /* One pass or two, and the workers. Split where it takes less time,
  * counting gemms per (tile, key block) in rounds of `budget` workers: a
  * pair's W of them cost 5W in one item; split, a key block's item costs
@@ -101,11 +113,7 @@ static void plan_passes(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
     run->work_items = p->batch / pl->item_batches *
                       (p->heads_kv / pl->item_heads); /* <= N · Hkv */
     int64_t budget = sdpa_thread_budget(ctx);
-    /* Workers whose gemms the BLAS threads would queue on its lock: let
-     * the BLAS use the cores (only the worker count changes). */
-    double dmax = (double)(p->dim_k > p->dim_v ? p->dim_k : p->dim_v);
-    if (sdpa_blas_threads() > 1 &&
-        (double)pl->block_q * (double)pl->block_k * dmax > SDPA_BLAS_SERIAL_MNK)
+    if (sdpa_backward_blas_owns_cores(bp, pl))
         budget = 1;
     const bool dbias_keys =
         bp->dbias.data && bp->dbias_shape[3] == 1 && p->len_k > 1;
@@ -129,14 +137,15 @@ static void plan_passes(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
         ctx->parallel_for ? ctx->parallel_workers : run->threads;
 }
 
-int sdpa_backward_plan(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
-                       sdpa_bwd_plan *pl)
+int sdpa_backward_plan(sdpa_ctx *ctx, const char *who,
+                       const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl)
 {
     *pl = (sdpa_bwd_plan){0};
     if (!plan_tiles(ctx, bp, pl) || !plan_scratch(bp, pl))
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
-                         SDPA_BACKWARD_WHO ": the scratch of this call's "
-                                           "blocks overflows a size");
+                         "%s: the scratch of this call's blocks overflows a "
+                         "size",
+                         who);
     plan_passes(ctx, bp, pl);
     return SDPA_OK;
 }

@@ -18,25 +18,24 @@
 #define SDPA_TEMPLATE "backward/backward_impl.h"
 #include "core/instantiate.h"
 
-static int backward_item(const sdpa_problem *p, const sdpa_plan *plan,
-                         int kernel, void *scratch, int64_t item,
-                         sdpa_where *where)
+int sdpa_backward_item(const sdpa_problem *p, const sdpa_plan *plan, int kernel,
+                       void *scratch, int64_t item, sdpa_where *where)
 {
     return SDPA_BY_DTYPE(p, backward_item, p, plan, kernel, scratch, item,
                          where);
 }
 
-static int backward_kv_item(const sdpa_problem *p, const sdpa_plan *plan,
-                            int kernel, void *scratch, int64_t item,
-                            sdpa_where *where)
+int sdpa_backward_kv_item(const sdpa_problem *p, const sdpa_plan *plan,
+                          int kernel, void *scratch, int64_t item,
+                          sdpa_where *where)
 {
     return SDPA_BY_DTYPE(p, backward_kv_item, p, plan, kernel, scratch, item,
                          where);
 }
 
-static int backward_q_item(const sdpa_problem *p, const sdpa_plan *plan,
-                           int kernel, void *scratch, int64_t item,
-                           sdpa_where *where)
+int sdpa_backward_q_item(const sdpa_problem *p, const sdpa_plan *plan,
+                         int kernel, void *scratch, int64_t item,
+                         sdpa_where *where)
 {
     return SDPA_BY_DTYPE(p, backward_q_item, p, plan, kernel, scratch, item,
                          where);
@@ -61,31 +60,29 @@ static void zero_dbias(const sdpa_bwd_problem *bp)
 /* dsinks_h = −Σ_{b,i} exp(σ_h − lse_i)·D_i: the sink is one more key, with
  * value 0, so its dS is P_sink·(0 − D_i) (see include/sdpa.h). In double,
  * in a fixed order, on the caller's thread. */
-static void sink_gradients(const sdpa_bwd_problem *bp)
+double sdpa_backward_sink_gradient(const sdpa_bwd_problem *bp, int64_t h)
 {
     const sdpa_problem *p = &bp->p;
     const size_t es = p->elem_size;
     const bool f32 = p->dtype == SDPA_FLOAT32;
-    for (int64_t h = 0; h < p->heads_q; h++) {
-        double sum = 0;
-        for (int64_t b = 0; b < p->batch; b++)
-            for (int64_t i = 0; i < p->len_q; i++) {
-                const char *o = sdpa_at(&p->out, es, b, h, i);
-                const char *g = sdpa_at(&bp->dout, es, b, h, i);
-                const char *l = sdpa_at(&p->lse, es, b, h, i);
-                double lse = f32 ? (double)*(const float *)(const void *)l
-                                 : *(const double *)(const void *)l;
-                double d = 0;
-                for (int64_t c = 0; c < p->dim_v; c++)
-                    d += f32 ? (double)((const float *)(const void *)o)[c] *
-                                   (double)((const float *)(const void *)g)[c]
-                             : ((const double *)(const void *)o)[c] *
-                                   ((const double *)(const void *)g)[c];
-                if (lse > -INFINITY)
-                    sum += exp(p->sinks[h] - lse) * d;
-            }
-        bp->dsinks[h] = -sum;
-    }
+    double sum = 0;
+    for (int64_t b = 0; b < p->batch; b++)
+        for (int64_t i = 0; i < p->len_q; i++) {
+            const char *o = sdpa_at(&p->out, es, b, h, i);
+            const char *g = sdpa_at(&bp->dout, es, b, h, i);
+            const char *l = sdpa_at(&p->lse, es, b, h, i);
+            double lse = f32 ? (double)*(const float *)(const void *)l
+                             : *(const double *)(const void *)l;
+            double d = 0;
+            for (int64_t c = 0; c < p->dim_v; c++)
+                d += f32 ? (double)((const float *)(const void *)o)[c] *
+                               (double)((const float *)(const void *)g)[c]
+                         : ((const double *)(const void *)o)[c] *
+                               ((const double *)(const void *)g)[c];
+            if (lse > -INFINITY)
+                sum += exp(p->sinks[h] - lse) * d;
+        }
+    return -sum;
 }
 
 static int64_t min64(int64_t a, int64_t b)
@@ -104,16 +101,18 @@ int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
         const int workers = run->threads;
         run->threads = (int)min64(workers, pl->kv_items);
         status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
-                                pl->kv_items, 1, backward_kv_item, where);
+                                pl->kv_items, 1, sdpa_backward_kv_item, where);
         run->threads = (int)min64(workers, pl->q_items);
         if (status == SDPA_OK)
-            status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
-                                    pl->q_items, 1, backward_q_item, where);
+            status =
+                sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run, pl->q_items,
+                               1, sdpa_backward_q_item, where);
     } else {
         status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
-                                run->work_items, 1, backward_item, where);
+                                run->work_items, 1, sdpa_backward_item, where);
     }
-    if (status == SDPA_OK && bp->dsinks)
-        sink_gradients(bp);
+    for (int64_t h = 0; status == SDPA_OK && bp->dsinks && h < bp->p.heads_q;
+         h++)
+        bp->dsinks[h] = sdpa_backward_sink_gradient(bp, h);
     return status;
 }

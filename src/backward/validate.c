@@ -18,34 +18,32 @@
 _Static_assert(sizeof(sdpa_backward_args) >= SDPA_BACKWARD_ARGS_SIZE_V1,
                "sdpa_backward_args only grows");
 
-/* The gradients' messages as sdpa_backward has always worded them. */
-
 /* What sdpa_forward does not check: the dtype (no half types), the inputs
  * only the backward needs, and the gradients that need an input. */
-static int check_own_fields(sdpa_ctx *ctx, const sdpa_backward_args *a)
+int sdpa_backward_check_own(sdpa_ctx *ctx, const char *who,
+                            const sdpa_backward_args *a)
 {
     if (a->dtype != SDPA_FLOAT32 && a->dtype != SDPA_FLOAT64)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         WHO ": dtype %d is neither SDPA_FLOAT32 nor "
-                             "SDPA_FLOAT64 (the half types are storage types "
-                             "of sdpa_forward only)",
-                         a->dtype);
+                         "%s: dtype %d is neither SDPA_FLOAT32 nor "
+                         "SDPA_FLOAT64 (the half types are storage types "
+                         "of sdpa_forward only)",
+                         who, a->dtype);
     if (!a->lse.data)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                         WHO ": lse.data is NULL (the forward's lse is "
-                             "required)");
+                         "%s: lse.data is NULL (the forward's lse is "
+                         "required)",
+                         who);
     if (a->dbias.data && !a->bias.data)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                         WHO ": dbias is set but bias.data is NULL");
+                         "%s: dbias is set but bias.data is NULL", who);
     if (a->dsinks && !a->sinks)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
-                         WHO ": dsinks is set but sinks is NULL");
+                         "%s: dsinks is set but sinks is NULL", who);
     return SDPA_OK;
 }
 
-/* The forward call of the same fields, whose rules the backward's inputs
- * follow. */
-static sdpa_forward_args forward_fields(const sdpa_backward_args *a)
+sdpa_forward_args sdpa_backward_forward_fields(const sdpa_backward_args *a)
 {
     sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
     f.dtype = a->dtype;
@@ -65,10 +63,14 @@ static sdpa_forward_args forward_fields(const sdpa_backward_args *a)
     f.window_right = a->window_right;
     f.alibi_slopes = a->alibi_slopes;
     f.sinks = a->sinks;
+    f.seqs = a->seqs;
+    f.q_offsets = a->q_offsets;
+    f.kv_offsets = a->kv_offsets;
     return f;
 }
 
-/* The bytes a view spans: first to last element (strides >= 0). */
+/* The bytes a validated view spans, first to last element (strides >= 0),
+ * and the view itself for the element-wise rule of sdpa_check_disjoint. */
 static sdpa_byte_range span_of(const char *name, bool is_output,
                                const void *data, const int64_t shape[4],
                                const int64_t stride[4], size_t esize)
@@ -76,15 +78,22 @@ static sdpa_byte_range span_of(const char *name, bool is_output,
     size_t last = 0;
     for (int d = 0; d < 4; d++)
         last += (size_t)(shape[d] - 1) * (size_t)stride[d];
-    return (sdpa_byte_range){name, is_output, (uintptr_t)data,
-                             (uintptr_t)data + (last + 1) * esize};
+    sdpa_byte_range r = {.name = name,
+                         .is_output = is_output,
+                         .begin = (uintptr_t)data,
+                         .end = (uintptr_t)data + (last + 1) * esize,
+                         .elem_size = esize};
+    memcpy(r.shape, shape, sizeof r.shape);
+    memcpy(r.stride, stride, sizeof r.stride);
+    return r;
 }
 
 /* dout, dq, dk, dv and dbias: present (dbias optional), the shapes the
  * forward's fixed (dk, dv of k's and v's batch extent, dbias the bias's
  * shape where it does not broadcast). Their bytes into r[*count]. */
-static int check_gradients(sdpa_ctx *ctx, const sdpa_backward_args *a,
-                           sdpa_bwd_problem *bp, sdpa_byte_range *r, int *count)
+static int check_gradients(sdpa_ctx *ctx, const char *who,
+                           const sdpa_backward_args *a, sdpa_bwd_problem *bp,
+                           sdpa_byte_range *r, int *count)
 {
     const sdpa_problem *p = &bp->p;
     const size_t es = p->elem_size;
@@ -146,9 +155,9 @@ static int check_gradients(sdpa_ctx *ctx, const sdpa_backward_args *a,
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
         if (!rules[i].required && !rules[i].tensor->data)
             continue;
-        int status = sdpa_check_present(ctx, WHO, &rules[i]);
+        int status = sdpa_check_present(ctx, who, &rules[i]);
         if (status == SDPA_OK)
-            status = sdpa_check_tensor(ctx, WHO, &rules[i], &r[(*count)++]);
+            status = sdpa_check_tensor(ctx, who, &rules[i], &r[(*count)++]);
         if (status != SDPA_OK)
             return status;
     }
@@ -179,64 +188,56 @@ static void input_ranges(const sdpa_backward_args *a,
         r[c++] = span_of("bias", false, p->bias.data, a->bias.shape,
                          p->bias.stride, es);
     if (a->kv_lens)
-        r[c++] = (sdpa_byte_range){"kv_lens", false, (uintptr_t)a->kv_lens,
-                                   (uintptr_t)(a->kv_lens + n)};
+        r[c++] = (sdpa_byte_range){.name = "kv_lens",
+                                   .is_output = false,
+                                   .begin = (uintptr_t)a->kv_lens,
+                                   .end = (uintptr_t)(a->kv_lens + n)};
     if (a->alibi_slopes)
-        r[c++] =
-            (sdpa_byte_range){"alibi_slopes", false, (uintptr_t)a->alibi_slopes,
-                              (uintptr_t)(a->alibi_slopes + hq)};
+        r[c++] = (sdpa_byte_range){.name = "alibi_slopes",
+                                   .is_output = false,
+                                   .begin = (uintptr_t)a->alibi_slopes,
+                                   .end = (uintptr_t)(a->alibi_slopes + hq)};
     if (a->sinks)
-        r[c++] = (sdpa_byte_range){"sinks", false, (uintptr_t)a->sinks,
-                                   (uintptr_t)(a->sinks + hq)};
+        r[c++] = (sdpa_byte_range){.name = "sinks",
+                                   .is_output = false,
+                                   .begin = (uintptr_t)a->sinks,
+                                   .end = (uintptr_t)(a->sinks + hq)};
     if (a->dsinks)
-        r[c++] = (sdpa_byte_range){"dsinks", true, (uintptr_t)a->dsinks,
-                                   (uintptr_t)(a->dsinks + hq)};
+        r[c++] = (sdpa_byte_range){.name = "dsinks",
+                                   .is_output = true,
+                                   .begin = (uintptr_t)a->dsinks,
+                                   .end = (uintptr_t)(a->dsinks + hq)};
     *count = c;
 }
 
-/* No output meets another argument. */
-static int check_disjoint(sdpa_ctx *ctx, const sdpa_byte_range *r, int count)
+int sdpa_backward_import(sdpa_ctx *ctx, const sdpa_backward_args *args,
+                         sdpa_backward_args *known)
 {
-    for (int x = 0; x < count; x++)
-        for (int y = x + 1; y < count; y++)
-            if ((r[x].is_output || r[y].is_output) &&
-                sdpa_ranges_meet(&r[x], &r[y]))
-                return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
-                                 WHO ": output %s overlaps %s %s (the address "
-                                     "ranges from first to last element must "
-                                     "be disjoint)",
-                                 r[x].is_output ? r[x].name : r[y].name,
-                                 r[x].is_output && r[y].is_output ? "output"
-                                                                  : "input",
-                                 r[x].is_output ? r[y].name : r[x].name);
-    return SDPA_OK;
+    return sdpa_import_args(ctx, WHO, args, SDPA_BACKWARD_ARGS_SIZE_V1, known,
+                            sizeof *known);
 }
 
-int sdpa_backward_validate(sdpa_ctx *ctx, const sdpa_backward_args *args,
-                           sdpa_bwd_problem *bp)
+int sdpa_backward_validate(sdpa_ctx *ctx, const char *who,
+                           const sdpa_backward_args *a, sdpa_bwd_problem *bp)
 {
-    sdpa_backward_args a;
-    int status = sdpa_import_args(ctx, WHO, args, SDPA_BACKWARD_ARGS_SIZE_V1,
-                                  &a, sizeof a);
-    if (status == SDPA_OK)
-        status = check_own_fields(ctx, &a);
+    int status = sdpa_backward_check_own(ctx, who, a);
     if (status != SDPA_OK)
         return status;
-    const sdpa_forward_args f = forward_fields(&a);
+    const sdpa_forward_args f = sdpa_backward_forward_fields(a);
     memset(bp, 0, sizeof *bp);
-    status = sdpa_validate_call(ctx, WHO, &f, &bp->p);
+    status = sdpa_validate_call(ctx, who, &f, &bp->p);
     if (status != SDPA_OK)
         return status;
     enum { RANGES = 17 };
     sdpa_byte_range r[RANGES];
     int count = 0;
-    status = check_gradients(ctx, &a, bp, r, &count);
+    status = check_gradients(ctx, who, a, bp, r, &count);
     if (status != SDPA_OK)
         return status;
-    input_ranges(&a, bp, r, &count);
-    status = check_disjoint(ctx, r, count);
+    input_ranges(a, bp, r, &count);
+    status = sdpa_check_disjoint(ctx, who, r, count);
     if (status != SDPA_OK)
         return status;
-    bp->dsinks = a.dsinks;
+    bp->dsinks = a->dsinks;
     return SDPA_OK;
 }

@@ -35,7 +35,8 @@ struct sdpa_ctx {
     sdpa_buffer claims; /* the caller's parallel-for: one bit per item,
                            set when the item is taken (pool.c) */
     sdpa_buffer parts;  /* a ragged call's sequences, each with its own
-                           problem and plan (forward/ragged_forward.c) */
+                           problem and plan (forward/ragged_forward.c,
+                           backward/ragged.c) */
     sdpa_pool *pool;
     struct sdpa_caller_job *caller_job; /* the caller's parallel-for's job,
                                            kept so that a late task call

@@ -166,15 +166,109 @@ int sdpa_check_tensor(sdpa_ctx *ctx, const char *who, const sdpa_tensor_rule *r,
         status = check_layout(ctx, who, r, stride);
     if (status == SDPA_OK)
         status = check_extent(ctx, who, r, stride, &bytes);
-    *range = (sdpa_byte_range){r->name, r->is_output, (uintptr_t)t->data,
-                               (uintptr_t)t->data + bytes};
+    *range = (sdpa_byte_range){.name = r->name,
+                               .is_output = r->is_output,
+                               .begin = (uintptr_t)t->data,
+                               .end = (uintptr_t)t->data + bytes};
     if (status != SDPA_OK)
         return status;
+    memcpy(range->shape, t->shape, sizeof range->shape);
+    memcpy(range->stride, stride, sizeof range->stride);
+    range->elem_size = r->elem_size;
     if (r->view) {
         r->view->data = t->data;
         memcpy(r->view->stride, stride, sizeof stride);
     }
     return SDPA_OK;
+}
+
+/* The digits of the sorted dimensions (largest stride first) of two views
+ * with the same strides: can Σ i_d·stride_d equal t with each i_d in
+ * [lo_d, hi_d] (i_d = x_d - y_d, x_d an index of one view, y_d of the
+ * other)? lo_rest / hi_rest[k]: the least and the most the dimensions
+ * below k can add. */
+typedef struct digits {
+    int count;
+    int64_t stride[4], lo[4], hi[4], lo_rest[4], hi_rest[4];
+} digits;
+
+static bool reachable(const digits *g, int k, int64_t t)
+{
+    if (k >= g->count || k >= 4)
+        return t == 0;
+    const int64_t s = g->stride[k];
+    /* i with t - i·s in [lo_rest, hi_rest]: ceil((t - hi_rest) / s) to
+     * floor((t - lo_rest) / s); at most two, as 2·s exceeds hi_rest -
+     * lo_rest (the nesting checked by the caller) */
+    int64_t num_lo = t - g->hi_rest[k], num_hi = t - g->lo_rest[k];
+    int64_t first = num_lo / s + (num_lo % s > 0);
+    int64_t last = num_hi / s - (num_hi % s < 0);
+    if (first < g->lo[k])
+        first = g->lo[k];
+    if (last > g->hi[k])
+        last = g->hi[k];
+    for (int64_t i = first; i <= last; i++)
+        if (reachable(g, k + 1, t - i * s))
+            return true;
+    return false;
+}
+
+bool sdpa_views_may_share(const sdpa_byte_range *a, const sdpa_byte_range *b)
+{
+    const size_t es = a->elem_size;
+    if (es == 0 || b->elem_size != es ||
+        memcmp(a->stride, b->stride, sizeof a->stride) != 0)
+        return true;
+    /* element x of a and y of b share a byte when their offsets from a's
+     * base, in elements, differ by less than one: X - Y = t for t the
+     * floor or the ceiling of (b - a) / es */
+    const uintptr_t lo_base = a->begin < b->begin ? a->begin : b->begin;
+    const uintptr_t gap = (a->begin < b->begin ? b->begin : a->begin) - lo_base;
+    if (gap / es > (uintptr_t)INT64_MAX)
+        return true;
+    const int64_t sign = a->begin <= b->begin ? 1 : -1;
+    digits g = {0};
+    int order[4] = {0, 1, 2, 3};
+    for (int x = 1; x < 4; x++) /* by stride, largest first */
+        for (int y = x; y > 0 && a->stride[order[y]] > a->stride[order[y - 1]];
+             y--) {
+            int tmp = order[y];
+            order[y] = order[y - 1];
+            order[y - 1] = tmp;
+        }
+    for (int x = 0; x < 4; x++) {
+        int d = order[x];
+        int64_t na = a->shape[d] - 1, nb = b->shape[d] - 1;
+        if (na == 0 && nb == 0)
+            continue;
+        if (a->stride[d] == 0)
+            return true; /* a broadcast dimension: not a number system */
+        g.stride[g.count] = a->stride[d];
+        g.lo[g.count] = -nb;
+        g.hi[g.count] = na;
+        g.count++;
+    }
+    /* what the dimensions below each one can add, and the nesting */
+    int64_t lo = 0, hi = 0;
+    for (int k = g.count - 1; k >= 0; k--) {
+        g.lo_rest[k] = lo;
+        g.hi_rest[k] = hi;
+        if ((hi - lo) / 2 >= g.stride[k])
+            return true; /* more than two digits to try */
+        if (g.hi[k] > (INT64_MAX - hi) / g.stride[k] ||
+            -g.lo[k] > (INT64_MAX + lo) / g.stride[k])
+            return true;
+        hi += g.hi[k] * g.stride[k];
+        lo += g.lo[k] * g.stride[k];
+    }
+    const int64_t whole = (int64_t)(gap / es);
+    const bool exact = gap % es == 0;
+    for (int c = 0; c < (exact ? 1 : 2); c++) {
+        int64_t t = sign * (whole + c);
+        if (reachable(&g, 0, t))
+            return true;
+    }
+    return false;
 }
 
 /* Outputs must not meet each other or any input. */
@@ -184,11 +278,12 @@ int sdpa_check_disjoint(sdpa_ctx *ctx, const char *who,
     for (int a = 0; a < count; a++)
         for (int b = a + 1; b < count; b++) {
             bool a_out = ranges[a].is_output, b_out = ranges[b].is_output;
-            if ((a_out || b_out) && sdpa_ranges_meet(&ranges[a], &ranges[b]))
+            if ((a_out || b_out) && sdpa_ranges_meet(&ranges[a], &ranges[b]) &&
+                sdpa_views_may_share(&ranges[a], &ranges[b]))
                 return sdpa_fail(ctx, SDPA_ERR_OVERLAP,
-                                 "%s: output %s overlaps %s %s (the address "
-                                 "ranges from first to last element must be "
-                                 "disjoint, interleaved or not)",
+                                 "%s: output %s overlaps %s %s (they share "
+                                 "an element, or views of different strides "
+                                 "or element sizes share address ranges)",
                                  who, b_out ? ranges[b].name : ranges[a].name,
                                  a_out && b_out ? "output" : "input",
                                  b_out ? ranges[a].name : ranges[b].name);

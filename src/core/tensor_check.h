@@ -36,12 +36,25 @@ typedef struct sdpa_tensor_rule {
     const char *last_dim;  /* dimension 3's name in messages; NULL: "D" */
 } sdpa_tensor_rule;
 
-/* A byte range [begin, end) of an argument, for the overlap rules. */
+/* A byte range [begin, end) of an argument, for the overlap rules, and
+ * when it is a tensor's, the view (elem_size 0: no view), so that two
+ * views whose ranges meet can be told apart element by element. */
 typedef struct sdpa_byte_range {
     const char *name;
     bool is_output;
     uintptr_t begin, end;
+    int64_t shape[4], stride[4]; /* the view's: broadcast strides 0 */
+    size_t elem_size;
 } sdpa_byte_range;
+
+/* Can two views share a byte? Exact when both have the same element size
+ * and strides and, sorted, each stride is more than half what the
+ * differences of the smaller dimensions' indices can span (any layout an
+ * output may have does so): the difference of the two bases is then
+ * decomposed digit by digit, at most two candidates a digit. Interleaved views
+ * of one buffer (q, k and v of a fused [T, 3, H, D] buffer; their gradients)
+ * share none. Any other pair of ranges that meet: true (conservative). */
+bool sdpa_views_may_share(const sdpa_byte_range *a, const sdpa_byte_range *b);
 
 /* Could an output view write one element twice? (Conservative: sorted by
  * stride, each dimension must step past all that the inner ones cover;

@@ -87,12 +87,16 @@ int sdpa_forward_call(sdpa_ctx *ctx, const sdpa_forward_args *args)
     return status;
 }
 
-int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t other,
+int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t parts,
                          size_t *bytes)
 {
     size_t total = ctx->shared.size > plan->shared_bytes ? ctx->shared.size
                                                          : plan->shared_bytes;
-    bool ok = sdpa_add_size(total, other, &total);
+    parts = parts > ctx->parts.size ? parts : ctx->parts.size;
+    bool ok = sdpa_add_size(total, parts, &total) &&
+              sdpa_add_size(total, ctx->layer.size, &total) &&
+              sdpa_add_size(
+                  total, sdpa_pool_record_bytes(ctx, plan->work_items), &total);
     for (int i = 0; ok && i < SDPA_MAX_THREADS; i++) {
         size_t held = ctx->scratch[i].size;
         size_t need = i < plan->reserve_workers && plan->worker_bytes > held
@@ -131,8 +135,6 @@ static int workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
     status = prepare(ctx, &known, &problem, &plan);
     if (status != SDPA_OK)
         return status;
-    /* What the context will hold after the call: what it holds now, grown
-     * where this call needs more. */
     return sdpa_workspace_total(ctx, &plan, 0, bytes);
 }
 

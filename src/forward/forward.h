@@ -12,10 +12,12 @@
  * layer's attention. */
 int sdpa_forward_call(sdpa_ctx *ctx, const sdpa_forward_args *args);
 
-/* What the context will hold after a call of this plan: what it holds now,
- * grown where the plan needs more, and `other` bytes of its other records
- * (a ragged call's parts, as they will be held). */
-int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t other,
+/* What the context will hold after a call of this plan: every buffer it
+ * holds now (workers' scratch, shared partials, a ragged call's records,
+ * the caller's parallel-for's records, the layer's buffer), grown where
+ * the plan needs more; `parts` the bytes of the ragged records the call
+ * needs (0 for a rectangular call). */
+int sdpa_workspace_total(sdpa_ctx *ctx, const sdpa_plan *plan, size_t parts,
                          size_t *bytes);
 
 #endif /* SDPA_FORWARD_FORWARD_H */

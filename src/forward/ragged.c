@@ -11,6 +11,7 @@
 #include "core/tensor_check.h"
 #include "kernels/half.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
 enum { N_DIM, H_DIM, T_DIM, D_DIM };
@@ -50,6 +51,22 @@ int64_t sdpa_seq_keys(const sdpa_ragged *r, const sdpa_forward_args *args,
     if (r->keys == SDPA_KEYS_PAGED)
         return args->pages_per_seq * args->k.shape[T_DIM];
     return args->k.shape[T_DIM];
+}
+
+sdpa_tensor sdpa_slice_keys(sdpa_tensor t, size_t elem_size,
+                            const sdpa_ragged *r, int64_t b)
+{
+    switch (r->keys) {
+    case SDPA_KEYS_PACKED: {
+        int64_t keys = r->kv_off[b + 1] - r->kv_off[b];
+        return sdpa_slice_rows(t, elem_size, keys > 0 ? r->kv_off[b] : 0,
+                               keys > 0 ? keys : 1);
+    }
+    case SDPA_KEYS_BATCHED:
+        return sdpa_slice_item(t, elem_size, b);
+    default: /* shared or paged: the view as it is */
+        return t;
+    }
 }
 
 const char *sdpa_seq_who(char *buf, size_t size, const char *who, int64_t b)
@@ -178,6 +195,31 @@ static int check_keys(sdpa_ctx *ctx, const char *who,
     return SDPA_OK;
 }
 
+int sdpa_ragged_page_error(sdpa_ctx *ctx, const char *who,
+                           const sdpa_forward_args *args, const sdpa_ragged *r,
+                           int64_t b)
+{
+    const int64_t cols = args->pages_per_seq, page = args->k.shape[T_DIM];
+    const int64_t pool = args->k.shape[N_DIM];
+    const int64_t stride =
+        args->block_table_stride ? args->block_table_stride : cols;
+    /* the sequence's own checks passed the table's shape and kv_lens */
+    const int64_t valid = args->kv_lens ? args->kv_lens[b] : cols * page;
+    for (int64_t c = 0; c < (valid + page - 1) / page; c++) {
+        int32_t entry = args->block_table[b * stride + c];
+        if (entry < 0 || entry >= pool)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
+                             "%s: block_table[%lld][%lld] is %d, outside the "
+                             "pool's %lld pages (k.shape[0]); it holds keys "
+                             "[%lld, %lld) of sequence %lld",
+                             who, (long long)b, (long long)c, entry,
+                             (long long)pool, (long long)(c * page),
+                             (long long)((c + 1) * page), (long long)b);
+    }
+    (void)r;
+    return SDPA_ERR_BAD_PAGE; /* another page field: its message stands */
+}
+
 int sdpa_ragged_check(sdpa_ctx *ctx, const char *who,
                       const sdpa_forward_args *args,
                       const sdpa_named_tensor *rows, int row_count,
@@ -230,28 +272,14 @@ void sdpa_ragged_slice(const sdpa_forward_args *args, const sdpa_ragged *r,
     sub->entropy = sdpa_slice_rows(args->entropy, compute, first, rows);
     if (args->kv_lens)
         sub->kv_lens = args->kv_lens + b;
-    switch (r->keys) {
-    case SDPA_KEYS_PACKED: {
-        int64_t keys = sdpa_seq_keys(r, args, b);
-        int64_t at = keys > 0 ? r->kv_off[b] : 0;
-        sub->k = sdpa_slice_rows(args->k, kv_es, at, keys > 0 ? keys : 1);
-        sub->v = sdpa_slice_rows(args->v, kv_es, at, keys > 0 ? keys : 1);
-        if (keys == 0)
-            sub->kv_lens = &no_keys;
-        break;
-    }
-    case SDPA_KEYS_BATCHED:
-        sub->k = sdpa_slice_item(args->k, kv_es, b);
-        sub->v = sdpa_slice_item(args->v, kv_es, b);
-        break;
-    case SDPA_KEYS_PAGED: {
+    sub->k = sdpa_slice_keys(args->k, kv_es, r, b);
+    sub->v = sdpa_slice_keys(args->v, kv_es, r, b);
+    if (r->keys == SDPA_KEYS_PACKED && sdpa_seq_keys(r, args, b) == 0)
+        sub->kv_lens = &no_keys;
+    if (r->keys == SDPA_KEYS_PAGED) {
         int64_t stride = args->block_table_stride ? args->block_table_stride
                                                   : args->pages_per_seq;
         sub->block_table = args->block_table + b * stride;
-        break;
-    }
-    default: /* shared: the one item, as it is */
-        break;
     }
 }
 
@@ -264,7 +292,10 @@ int sdpa_ragged_check_whole(sdpa_ctx *ctx, const char *who,
     int used = 0;
     for (int i = 0; i < count && used < MOST - 4; i++) {
         const sdpa_tensor *t = tensors[i].tensor;
-        if (!t->data)
+        bool empty = false; /* packed keys of no sequence: no element */
+        for (int d = 0; d < 4; d++)
+            empty |= t->shape[d] == 0;
+        if (!t->data || empty)
             continue;
         sdpa_tensor_rule rule = {.name = tensors[i].name,
                                  .tensor = t,
@@ -279,16 +310,22 @@ int sdpa_ragged_check_whole(sdpa_ctx *ctx, const char *who,
             return status;
     }
     const uintptr_t n = (uintptr_t)r->seqs;
-    ranges[used++] = (sdpa_byte_range){"q_offsets", false, (uintptr_t)r->q_off,
-                                       (uintptr_t)(r->q_off + n + 1)};
+    ranges[used++] = (sdpa_byte_range){.name = "q_offsets",
+                                       .is_output = false,
+                                       .begin = (uintptr_t)r->q_off,
+                                       .end = (uintptr_t)(r->q_off + n + 1)};
     if (r->kv_off)
         ranges[used++] =
-            (sdpa_byte_range){"kv_offsets", false, (uintptr_t)r->kv_off,
-                              (uintptr_t)(r->kv_off + n + 1)};
+            (sdpa_byte_range){.name = "kv_offsets",
+                              .is_output = false,
+                              .begin = (uintptr_t)r->kv_off,
+                              .end = (uintptr_t)(r->kv_off + n + 1)};
     if (args->kv_lens)
         ranges[used++] =
-            (sdpa_byte_range){"kv_lens", false, (uintptr_t)args->kv_lens,
-                              (uintptr_t)(args->kv_lens + n)};
+            (sdpa_byte_range){.name = "kv_lens",
+                              .is_output = false,
+                              .begin = (uintptr_t)args->kv_lens,
+                              .end = (uintptr_t)(args->kv_lens + n)};
     if (args->block_table) {
         int64_t stride = args->block_table_stride ? args->block_table_stride
                                                   : args->pages_per_seq;
@@ -301,9 +338,11 @@ int sdpa_ragged_check_whole(sdpa_ctx *ctx, const char *who,
                              "%s: the block table (%lld rows of stride %lld) "
                              "overflows the address space",
                              who, (long long)r->seqs, (long long)stride);
-        ranges[used++] = (sdpa_byte_range){
-            "block_table", false, (uintptr_t)args->block_table,
-            (uintptr_t)args->block_table + bytes};
+        ranges[used++] =
+            (sdpa_byte_range){.name = "block_table",
+                              .is_output = false,
+                              .begin = (uintptr_t)args->block_table,
+                              .end = (uintptr_t)args->block_table + bytes};
     }
     return sdpa_check_disjoint(ctx, who, ranges, used);
 }

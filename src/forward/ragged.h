@@ -69,6 +69,13 @@ static inline int64_t sdpa_seq_rows(const sdpa_ragged *r, int64_t b)
 int64_t sdpa_seq_keys(const sdpa_ragged *r, const sdpa_forward_args *args,
                       int64_t b);
 
+/* Sequence b's keys in a view shaped like k (k, v, and the backward's
+ * dk, dv): rows [kv_offsets[b], kv_offsets[b + 1]) of a packed view (a
+ * sequence without keys gets one row, never read or written), item b of
+ * a batched one, the view as it is for shared or paged keys. */
+sdpa_tensor sdpa_slice_keys(sdpa_tensor t, size_t elem_size,
+                            const sdpa_ragged *r, int64_t b);
+
 /* Sequence b's arguments as a rectangular call of its own: q, out and the
  * per-row outputs (lse, max_weight, entropy) sliced to its rows, k and v
  * to its keys (a sequence without keys gets one key row of the packed
@@ -78,6 +85,13 @@ int64_t sdpa_seq_keys(const sdpa_ragged *r, const sdpa_forward_args *args,
  * is refused by the validation of the slice. */
 void sdpa_ragged_slice(const sdpa_forward_args *args, const sdpa_ragged *r,
                        int64_t b, sdpa_forward_args *sub);
+
+/* Sequence b's own checks refused its block-table row (SDPA_ERR_BAD_PAGE,
+ * with the indices of its one-row table): the message again, with the
+ * table's own indices. */
+int sdpa_ragged_page_error(sdpa_ctx *ctx, const char *who,
+                           const sdpa_forward_args *args, const sdpa_ragged *r,
+                           int64_t b);
 
 /* "who: sequence b" into buf (for the messages of a sequence's checks). */
 const char *sdpa_seq_who(char *buf, size_t size, const char *who, int64_t b);

@@ -19,6 +19,7 @@
 #include "runtime/pool.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define WHO "sdpa_forward"
 
@@ -61,6 +62,8 @@ static int make_part(sdpa_ctx *ctx, const sdpa_forward_args *args,
     sdpa_ragged_slice(args, r, b, &sub);
     int status = sdpa_validate_call(ctx, sdpa_seq_who(who, sizeof who, WHO, b),
                                     &sub, &part->problem);
+    if (status == SDPA_ERR_BAD_PAGE && strstr(ctx->message, "block_table["))
+        return sdpa_ragged_page_error(ctx, WHO, args, r, b);
     if (status == SDPA_OK)
         status = sdpa_make_plan(ctx, &part->problem, &part->plan);
     if (status != SDPA_OK)
@@ -124,7 +127,7 @@ static int check_call(sdpa_ctx *ctx, const sdpa_forward_args *args,
                              WHO, (long long)b);
     }
     if (t->parts == 0)
-        return SDPA_OK;
+        return sdpa_validate_settings(ctx, WHO, args);
     /* the storage types are the call's: any part's */
     const sdpa_problem *p = &part.problem;
     const size_t es = sdpa_dtype_size(p->dtype);
@@ -320,6 +323,5 @@ int sdpa_ragged_forward_workspace(sdpa_ctx *ctx, const sdpa_forward_args *args,
         return status;
     sdpa_plan plan;
     master_plan(ctx, &t, &plan);
-    return sdpa_workspace_total(
-        ctx, &plan, parts > ctx->parts.size ? parts : ctx->parts.size, bytes);
+    return sdpa_workspace_total(ctx, &plan, parts, bytes);
 }

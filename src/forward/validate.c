@@ -286,9 +286,10 @@ static int check_block_table(sdpa_ctx *ctx, const char *who,
                                  (long long)((c + 1) * page), (long long)b);
         }
     }
-    *range =
-        (sdpa_byte_range){"block_table", false, (uintptr_t)args->block_table,
-                          (uintptr_t)args->block_table + bytes};
+    *range = (sdpa_byte_range){.name = "block_table",
+                               .is_output = false,
+                               .begin = (uintptr_t)args->block_table,
+                               .end = (uintptr_t)args->block_table + bytes};
     return SDPA_OK;
 }
 
@@ -481,8 +482,10 @@ static int check_keys(sdpa_ctx *ctx, const char *who,
                                  who, (long long)b, (long long)args->kv_lens[b],
                                  (long long)tk);
         ranges[(*count)++] =
-            (sdpa_byte_range){"kv_lens", false, (uintptr_t)args->kv_lens,
-                              (uintptr_t)(args->kv_lens + n)};
+            (sdpa_byte_range){.name = "kv_lens",
+                              .is_output = false,
+                              .begin = (uintptr_t)args->kv_lens,
+                              .end = (uintptr_t)(args->kv_lens + n)};
     }
     if (paged) {
         int status =
@@ -552,5 +555,28 @@ int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
     /* With a sink no row is empty: it always has the sink. */
     if (!p->empty_rows_zero && !p->sinks)
         return check_rows_have_keys(ctx, who, p);
+    return SDPA_OK;
+}
+
+int sdpa_validate_settings(sdpa_ctx *ctx, const char *who,
+                           const sdpa_forward_args *args)
+{
+    int compute = SDPA_FLOAT32;
+    int status = check_types(ctx, who, args, &compute);
+    if (status == SDPA_OK)
+        status = check_scalars(ctx, who, args, compute);
+    if (status != SDPA_OK)
+        return status;
+    const struct {
+        const char *name;
+        const void *data;
+    } required[4] = {{"q", args->q.data},
+                     {"k", args->k.data},
+                     {"v", args->v.data},
+                     {"out", args->out.data}};
+    for (int i = 0; i < 4; i++)
+        if (!required[i].data)
+            return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER, "%s: %s.data is NULL",
+                             who, required[i].name);
     return SDPA_OK;
 }

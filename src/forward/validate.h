@@ -13,4 +13,11 @@
 int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
                        const sdpa_forward_args *args, sdpa_problem *problem);
 
+/* The checks that need no tensor extent: the types, flags, causality,
+ * scale and soft-cap, and the required tensors present. A ragged call
+ * whose sequences have no query row is held to them (it computes
+ * nothing, so its tensors are not checked further). */
+int sdpa_validate_settings(sdpa_ctx *ctx, const char *who,
+                           const sdpa_forward_args *args);
+
 #endif /* SDPA_FORWARD_VALIDATE_H */

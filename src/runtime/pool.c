@@ -447,3 +447,15 @@ int sdpa_run_items(sdpa_ctx *ctx, const char *who, const sdpa_problem *problem,
     pthread_mutex_unlock(&pool->lock);
     return status;
 }
+
+size_t sdpa_pool_record_bytes(const sdpa_ctx *ctx, int64_t max_items)
+{
+    size_t claims = ctx->claims.size;
+    bool job = ctx->caller_job != NULL;
+    if (ctx->parallel_for) {
+        size_t need = (size_t)(max_items + 63) / 64 * sizeof(uint64_t);
+        claims = need > claims ? need : claims;
+        job = true;
+    }
+    return claims + (job ? sizeof(caller_job) : 0);
+}

@@ -65,6 +65,9 @@ static inline int64_t sdpa_visit_position(int64_t item, int64_t items,
  * nothing and cannot fail half way. */
 int sdpa_pool_reserve(sdpa_ctx *ctx, const char *who, int workers,
                       int64_t max_items);
+/* The bytes of those records (the items' bits and the job record) the
+ * context will hold after a call of up to max_items items a phase. */
+size_t sdpa_pool_record_bytes(const sdpa_ctx *ctx, int64_t max_items);
 void sdpa_pool_destroy(sdpa_ctx *ctx);
 
 #endif /* SDPA_RUNTIME_POOL_H */

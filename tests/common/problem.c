@@ -3,6 +3,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,6 +165,51 @@ sdpa_backward_args tp_backward_of(const sdpa_forward_args *a)
     return g;
 }
 
+static sdpa_tensor seq_rows(sdpa_tensor t, size_t es, int64_t first,
+                            int64_t count)
+{
+    if (t.data)
+        t.data = (char *)t.data + (size_t)(first * t.stride[2]) * es;
+    t.shape[2] = count;
+    return t;
+}
+
+static sdpa_tensor seq_item(sdpa_tensor t, size_t es, int64_t item)
+{
+    if (t.data)
+        t.data = (char *)t.data + (size_t)(item * t.stride[0]) * es;
+    t.shape[0] = 1;
+    return t;
+}
+
+sdpa_backward_args tp_ragged_sequence(const sdpa_backward_args *a, int64_t b)
+{
+    static const int64_t no_keys = 0;
+    const size_t es = a->dtype == SDPA_FLOAT64 ? sizeof(double) : sizeof(float);
+    const int64_t first = a->q_offsets[b];
+    const int64_t rows = a->q_offsets[b + 1] - first;
+    sdpa_backward_args s = *a;
+    s.seqs = 0;
+    s.q_offsets = s.kv_offsets = NULL;
+    sdpa_tensor *per_row[5] = {&s.q, &s.out, &s.lse, &s.dout, &s.dq};
+    for (int i = 0; i < 5; ++i)
+        *per_row[i] = seq_rows(*per_row[i], es, first, rows);
+    s.kv_lens = a->kv_lens ? a->kv_lens + b : NULL;
+    sdpa_tensor *keys[4] = {&s.k, &s.v, &s.dk, &s.dv};
+    for (int i = 0; i < 4; ++i) {
+        if (!a->kv_offsets) {
+            *keys[i] = seq_item(*keys[i], es, b);
+            continue;
+        }
+        const int64_t at = a->kv_offsets[b];
+        const int64_t n = a->kv_offsets[b + 1] - at;
+        *keys[i] = seq_rows(*keys[i], es, n > 0 ? at : 0, n > 0 ? n : 1);
+        if (n == 0)
+            s.kv_lens = &no_keys;
+    }
+    return s;
+}
+
 void tp_make_bcast(tbuf *x, int kind, const int64_t *full, const int *bm,
                    int64_t key_step)
 {
@@ -197,6 +243,34 @@ void tp_fill_bcast(tbuf *x, rng *r, int is_mask, int inverted, double mask_p,
                                                   : rng_sym(r, 1.5));
                     }
                 }
+}
+
+void tp_every_option(tp_call *x, int64_t window_left)
+{
+    x->causal = SDPA_CAUSAL_BOTTOM_RIGHT;
+    x->scale = 0.7;
+    x->softcap = 2.0;
+    x->use_window = 1;
+    x->win_left = window_left;
+    x->win_right = -1;
+    x->use_alibi = 1;
+    x->use_sinks = 1;
+    for (int h = 0; h < TP_MAX_H; ++h) {
+        x->slopes[h] = 0.1 * (h + 1);
+        x->sinks[h] = 0.5 - 0.4 * h;
+    }
+}
+
+void tp_permutation(int32_t *perm, int64_t n, rng *r)
+{
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = rng_int(r, 0, i);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
 }
 
 int64_t tp_draw_hkv(rng *r, int64_t hq)
@@ -347,4 +421,76 @@ long double tp_freq(long double base, int64_t r, int64_t d)
     if (base == 0)
         base = 10000.0L;
     return powl(base, -(long double)(2 * r) / (long double)d);
+}
+
+long tp_training_allocs(sdpa_ctx *ctx, const counting_alloc *ca,
+                        const sdpa_forward_args *fa,
+                        const sdpa_backward_args *ba)
+{
+    long before = 0;
+    for (int rep = 0; rep < 4; ++rep) {
+        if (sdpa_forward(ctx, fa) != SDPA_OK ||
+            sdpa_backward(ctx, ba) != SDPA_OK)
+            return -1;
+        if (rep == 0)
+            before = ca->allocs;
+    }
+    return ca->allocs - before;
+}
+
+double tp_dot(const tbuf *x, const tbuf *y)
+{
+    double sum = 0;
+    const int64_t *e = x->t.shape;
+    for (int64_t b = 0; b < e[0]; ++b)
+        for (int64_t h = 0; h < e[1]; ++h)
+            for (int64_t i = 0; i < e[2]; ++i)
+                for (int64_t d = 0; d < e[3]; ++d)
+                    sum += tget(x, b, h, i, d) * tget(y, b, h, i, d);
+    return sum;
+}
+
+double tp_fd_loss(void *point)
+{
+    const tp_fd_point *at = point;
+    if (sdpa_forward(at->ctx, at->fa) != SDPA_OK)
+        return NAN;
+    return tp_dot(at->dout, at->out);
+}
+
+int tp_fd_check(double (*loss)(void *user), void *user, tbuf *x, double *p,
+                int64_t a, int64_t b, int64_t c, int64_t d, double analytic,
+                const char *what, double *worst)
+{
+    const double step = 1e-5;
+    double x0 = p ? *p : tget(x, a, b, c, d);
+    if (!isfinite(x0))
+        return 0;
+    if (p)
+        *p = x0 + step;
+    else
+        tset(x, a, b, c, d, x0 + step);
+    double up = loss(user);
+    if (p)
+        *p = x0 - step;
+    else
+        tset(x, a, b, c, d, x0 - step);
+    double down = loss(user);
+    if (p)
+        *p = x0;
+    else
+        tset(x, a, b, c, d, x0);
+    double fd = (up - down) / (2 * step);
+    double err = fabs(fd - analytic);
+    double tol = 1e-7 + 1e-6 * fabs(analytic);
+    if (err / tol > *worst)
+        *worst = err / tol;
+    if (!(err <= tol)) {
+        printf("  FD %s[%lld,%lld,%lld,%lld]: analytic %.12g, finite "
+               "difference %.12g\n",
+               what, (long long)a, (long long)b, (long long)c, (long long)d,
+               analytic, fd);
+        return 1;
+    }
+    return 0;
 }

@@ -101,6 +101,15 @@ void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x);
 /* The sdpa_backward_args of the same problem (no gradient outputs yet). */
 sdpa_backward_args tp_backward_of(const sdpa_forward_args *a);
 
+/* Sequence b of a ragged backward call (a->seqs, q_offsets, kv_offsets)
+ * as the rectangular call of its own views, cut by the header's rules:
+ * q, out, lse, dout and dq its rows [q_offsets[b], q_offsets[b + 1]); k,
+ * v, dk and dv its packed rows [kv_offsets[b], kv_offsets[b + 1]) or item
+ * b (without kv_offsets); kv_lens its entry; the ragged fields 0. A
+ * sequence without packed keys gets one key row and kv_lens 0 (the
+ * nearest rectangular call: its rows see no key). */
+sdpa_backward_args tp_ragged_sequence(const sdpa_backward_args *a, int64_t b);
+
 /* The multi-head layer's arguments (sdpa_mha_forward, and the forward of
  * sdpa_mha_backward): dtype, positions, heads and head sizes, the views
  * x_q, x_kv (NULL: self-attention) and y, and the weights and biases in
@@ -127,8 +136,16 @@ void tp_fill_bcast(tbuf *x, rng *r, int is_mask, int inverted, double mask_p,
  * filled with NaN; returns how many. */
 long tp_poison_unseen(test_problem *p, const ref_result *r, int kv_bcast);
 
+/* Every option of a gradient check at once in x: bottom-right causal, a
+ * window window_left keys to the left, scale 0.7, soft-cap 2, ALiBi slopes
+ * 0.1·(h + 1) and sinks 0.5 − 0.4·h. */
+void tp_every_option(tp_call *x, int64_t window_left);
+
 /* ---- Draws of the randomised tests (the order of their draws is part of
  * each test's configurations: these keep it). ----------------------------- */
+/* perm[0, n) a uniformly shuffled permutation of 0 .. n-1 (a paged
+ * cache's page numbers). */
+void tp_permutation(int32_t *perm, int64_t n, rng *r);
 /* A divisor of hq (1 = MQA, hq = MHA, in between = GQA). */
 int64_t tp_draw_hkv(rng *r, int64_t hq);
 /* x->use_kvlens (one in three), then each of the n lengths: 0, tk, or in
@@ -164,6 +181,37 @@ test_tol tp_forward_tol(double eps, const ref_result *r, int64_t tk, int64_t dk,
 double tp_eps(int dtype);
 
 const char *tp_path_name(int path);
+
+/* ---- Allocations. ---------------------------------------------------- */
+/* A training loop on ctx, whose allocator counts into ca: a forward and a
+ * backward call, then three more of each. Returns the allocations the
+ * three made (0: a repeated call allocates nothing), or -1 when a call
+ * failed. */
+long tp_training_allocs(sdpa_ctx *ctx, const counting_alloc *ca,
+                        const sdpa_forward_args *fa,
+                        const sdpa_backward_args *ba);
+
+/* ---- Finite differences (float64). ------------------------------------ */
+/* The central difference of loss(user) in element (a, b, c, d) of x, or
+ * in *p when p is not NULL (step 1e-5), against the analytic value:
+ * within 1e-7 + 1e-6·|analytic| (truncation ~ step² times an O(1) third
+ * derivative, rounding ~ eps·|loss| / step). A non-finite point is
+ * skipped. Returns 1 (and prints both) on a mismatch, else 0; *worst
+ * keeps the largest error / tolerance. */
+/* Σ x ∘ y over the logical elements of two views of the same shape. */
+double tp_dot(const tbuf *x, const tbuf *y);
+/* The loss of a gradient check, Σ dout ∘ out (its gradient with respect
+ * to out is dout) of the forward call fa, which writes out: tp_fd_loss
+ * runs the call on ctx (NaN when it fails). */
+typedef struct tp_fd_point {
+    sdpa_ctx *ctx;
+    const sdpa_forward_args *fa;
+    const tbuf *dout, *out;
+} tp_fd_point;
+double tp_fd_loss(void *point);
+int tp_fd_check(double (*loss)(void *user), void *user, tbuf *x, double *p,
+                int64_t a, int64_t b, int64_t c, int64_t d, double analytic,
+                const char *what, double *worst);
 
 /* ---- Positional encodings' closed forms. ------------------------------ */
 /* base^(-2r/d) (base 0 = 10000). */

@@ -66,6 +66,26 @@ void ref_free(ref_result *r)
     memset(r, 0, sizeof *r);
 }
 
+void ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
+                     size_t row, long double *top, long double *entropy)
+{
+    long double m = 0, e = 0;
+    for (int64_t j = 0; j < r->tk; j++) {
+        long double w = r->weights[row * (size_t)r->tk + (size_t)j];
+        m = w > m ? w : m;
+        if (w > 0)
+            e -= w * logl(w);
+    }
+    if (sinks && r->lse[row] != -INFINITY) {
+        long double ws = expl((long double)sinks[h] - r->lse[row]);
+        m = ws > m ? ws : m;
+        if (ws > 0)
+            e -= ws * logl(ws);
+    }
+    *top = m;
+    *entropy = e;
+}
+
 int ref_causal_allows(int causal, int64_t i, int64_t j, int64_t len, int64_t tq)
 {
     if (causal == SDPA_CAUSAL_TOP_LEFT)

@@ -56,6 +56,13 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r);
 
 void ref_free(ref_result *r);
 
+/* The largest weight and the entropy of `row` (of head h) from r's weights
+ * and lse: max_j p_j and -Σ_j p_j log p_j; with sinks the sink's share
+ * exp(sigma_h - lse) is one more outcome. A row with no allowed key and
+ * no sink reports 0 and 0. */
+void ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
+                     size_t row, long double *top, long double *entropy);
+
 /* Whether the causal anchor (SDPA_CAUSAL_*) lets query row i of tq see key
  * j of a row with len keys: top-left j <= i, bottom-right j <= i + (len -
  * tq), none every key. */

@@ -31,6 +31,13 @@
  * no term reaches them (keys no row sees, empty rows, forbidden dbias entries);
  * padding untouched; bitwise identical results for another thread count;
  * a repeated call allocates nothing.
+ *
+ * With F_RAGGED a ragged call instead (run_ragged: up to four sequences
+ * of 0..4 query rows and 0..5 packed or Tk batched keys, kv_lens, one
+ * error of the ragged description): the same checks, and on success
+ * every gradient bitwise that of the sequence's own rectangular call,
+ * dsinks their sum in sequence order, dk = dv = +0 for a sequence
+ * without rows.
  */
 #include <float.h>
 #include <limits.h>
@@ -79,7 +86,15 @@ enum field {
     F_HUGE_WHAT,
     F_HUGE_VAL,
     F_SEED0, /* eight bytes */
-    F_COUNT = F_SEED0 + 8
+    /* a ragged call (run_ragged) when F_RAGGED % 4 == 1 */
+    F_RAGGED = F_SEED0 + 8,
+    F_RG_SEQS,  /* 1 + v % 4 sequences */
+    F_RG_KEYS,  /* bit 0: batched keys (else packed), bit 1: kv_lens */
+    F_RG_KVLEN, /* two bits per sequence: L_b = Tk_b, 0, Tk_b / 2, Tk_b - 1 */
+    F_RG_LEN0, /* a byte per sequence: Tq_b = v % 5, packed Tk_b = v / 16 % 6 */
+    F_RG_BAD = F_RG_LEN0 + 4, /* one error of a ragged call (rg_inject) */
+    F_RG_BAD_VAL,
+    F_COUNT
 };
 
 enum { BWD_ARGS_V1 = 952 };
@@ -170,6 +185,8 @@ static void broadcast_layout(sdpa_tensor *x, unsigned modes)
     fz_broadcast_layout(x, modes, full);
 }
 
+static void decode_options(sdpa_backward_args *a);
+
 /* The valid call's tensors and options (before any argument error). */
 static void decode_problem(sdpa_backward_args *a)
 {
@@ -223,6 +240,19 @@ static void decode_problem(sdpa_backward_args *a)
     }
 
     a->dtype = g.dt.dtype;
+    decode_options(a);
+    g.use_kvlens = fz(F_KVLENS) % 3 == 1;
+    for (int64_t b = 0; b < g.N; b++)
+        g.kv_lens[b] =
+            g.use_kvlens ? (int64_t)(fz(F_KV0 + (int)b) % (unsigned)(g.Tk + 1))
+                         : g.Tk;
+    a->kv_lens = g.use_kvlens ? g.kv_lens : NULL;
+}
+
+/* causal, the mask convention, a window, scale, soft-cap, ALiBi slopes,
+ * sinks and dsinks (g.Hq of each). */
+static void decode_options(sdpa_backward_args *a)
+{
     unsigned cv = fz(F_CAUSAL) % 4;
     a->causal = cv == 1   ? SDPA_CAUSAL_TOP_LEFT
                 : cv == 2 ? SDPA_CAUSAL_BOTTOM_RIGHT
@@ -238,11 +268,6 @@ static void decode_problem(sdpa_backward_args *a)
         fz(F_SCALE) % 4 == 1 ? 0.1 + (double)(fz(F_SCALE) >> 2) / 20 : 0.0;
     a->softcap =
         fz(F_SOFTCAP) % 4 == 1 ? 0.5 + (double)(fz(F_SOFTCAP) >> 2) / 4 : 0.0;
-    g.use_kvlens = fz(F_KVLENS) % 3 == 1;
-    for (int64_t b = 0; b < g.N; b++)
-        g.kv_lens[b] =
-            g.use_kvlens ? (int64_t)(fz(F_KV0 + (int)b) % (unsigned)(g.Tk + 1))
-                         : g.Tk;
     if (fz(F_ALIBI) % 3 == 1) {
         for (int64_t h = 0; h < g.Hq; h++)
             g.slopes[h] = fz_sym(1.0);
@@ -255,7 +280,6 @@ static void decode_problem(sdpa_backward_args *a)
         if (fz(F_DSINKS) % 2)
             a->dsinks = g.dsinks + 1;
     }
-    a->kv_lens = g.use_kvlens ? g.kv_lens : NULL;
 }
 
 /* Fills q, k, v (K/V rows past kv_lens NaN: never read), mask, bias,
@@ -434,8 +458,546 @@ static int call_backward(sdpa_ctx *ctx, const void *args)
     return sdpa_backward(ctx, args);
 }
 
+/* What a call with valid arguments and rows that all have keys may
+ * return: NONFINITE for sure (special 2: a NaN lse or logit where a row
+ * has keys), else OK, and NONFINITE too with special values or logits too
+ * large for the bounds (an overflow may be reported). */
+static fz_sset valid_outcomes(int special, int check_vals)
+{
+    if (special == 2)
+        return FZ_BIT(SDPA_ERR_NONFINITE);
+    return FZ_BIT(SDPA_OK) |
+           (special || !check_vals ? FZ_BIT(SDPA_ERR_NONFINITE) : 0);
+}
+
+/* One allocation refused (F_OOM, one input in 16), where the call gets
+ * that far (it would return OK or NONFINITE): 1 when armed. */
+static int arm_oom(fz_sset *expect)
+{
+    const unsigned oomv = fz(F_OOM);
+    if (oomv % 16 != 15)
+        return 0;
+    fz_as.fail_at = fz_as.allocs + (long)((oomv >> 4) % 4);
+    if (*expect & (FZ_BIT(SDPA_OK) | FZ_BIT(SDPA_ERR_NONFINITE)))
+        *expect |= FZ_BIT(SDPA_ERR_OUT_OF_MEMORY);
+    return 1;
+}
+
+/* After a call that returned st: every output byte as it was after a
+ * refusal; inputs never written, nor (after OK) anything outside the
+ * outputs' views. */
+static void check_buffers(int st, const char *what)
+{
+    if (st != SDPA_OK && st != SDPA_ERR_NONFINITE)
+        fz_check_bufs(1, 0, what);
+    else if (g.dt.valid)
+        fz_check_bufs(0, st == SDPA_OK, what);
+}
+
+/* ---- Ragged batches (seqs, q_offsets, kv_offsets). ---------------------- */
+/* Up to four sequences of 0..4 query rows and 0..5 packed keys (or Tk
+ * batched keys each), kv_lens; q, out, lse, dout, dq [1, Hq, total_q, .]
+ * and k, v, dk, dv [1, Hkv, total_k, .] or [seqs, Hkv, Tk, .], each head's
+ * rows followed by a guard row. out and lse are the reference's per
+ * sequence; the K and V rows past kv_lens, and every key of a sequence
+ * without query rows, hold NaN. One error of the ragged description may
+ * be injected (rg_inject). On success: every gradient within the
+ * oracle's bounds, sequence by sequence; bitwise those of each sequence's
+ * own rectangular call (tests/common/problem.c cuts it) and dsinks their
+ * sum in sequence order; dk = dv = +0 for the keys of a sequence without
+ * rows; another thread count gives the same bits. */
+enum { RG_SEQS = 4 };
+
+typedef struct rg_state {
+    int64_t seqs, Tk, total_q, key_rows;
+    int64_t tq[RG_SEQS], tk[RG_SEQS];
+    int packed, use_kvlens;
+    int64_t *q_off, *kv_off, *kv_lens; /* in a registered input buffer */
+} rg_state;
+
+static rg_state rg;
+
+static void rg_describe(const sdpa_backward_args *a)
+{
+    describe(a);
+    fz_describe(" RAGGED seqs=%lld %s kv_lens=%s lengths", (long long)rg.seqs,
+                rg.packed ? "packed" : "batched", rg.use_kvlens ? "yes" : "no");
+    for (int64_t b = 0; b < rg.seqs; b++)
+        fz_describe(" %lldx%lld(%lld)", (long long)rg.tq[b],
+                    (long long)rg.tk[b], (long long)rg.kv_lens[b]);
+}
+
+/* A tensor's view with a guard row after each head's rows, allocated. */
+static void rg_tensor(int t, int64_t n, int64_t h, int64_t rows, int64_t d,
+                      size_t es)
+{
+    fz_tens *x = &g_t[t];
+    x->present = 1;
+    x->es = es;
+    const unsigned lay = fz(F_LAYOUT), pad = fz(F_PAD);
+    fz_set_layout(&x->t, n, h, rows + 1, d, (lay >> (t % 8)) & 1,
+                  (int64_t)((pad >> (t % 8)) & 1));
+    size_t span = fz_small_span(&x->t);
+    x->t.shape[2] = rows;
+    (void)fz_tens_alloc(x, tinfo[t].name, tinfo[t].output, span);
+}
+
+/* The valid ragged call. */
+static void rg_decode(sdpa_backward_args *a)
+{
+    g.dt = fz_decode_dtype(fz(F_DTYPE), fz(F_DTYPE_RAW));
+    const size_t es = fz_esize(g.dt.compute);
+    g.Hkv = 1 + (int64_t)(fz(F_HKV) % 2);
+    g.Hq = g.Hkv * (1 + (int64_t)(fz(F_GROUP) % 2));
+    g.Dk = 1 + (int64_t)(fz(F_DK) % 5);
+    g.Dv = 1 + (int64_t)(fz(F_DV) % 5);
+    rg.seqs = 1 + (int64_t)(fz(F_RG_SEQS) % RG_SEQS);
+    rg.packed = !(fz(F_RG_KEYS) & 1);
+    rg.use_kvlens = (fz(F_RG_KEYS) >> 1) & 1;
+    rg.Tk = 1 + (int64_t)(fz(F_TK) % 7);
+    fz_buf *meta =
+        fz_buf_new("offsets, kv_lens", 0, 3 * (RG_SEQS + 1) * sizeof(int64_t));
+    rg.q_off = (int64_t *)(void *)meta->mem;
+    rg.kv_off = rg.q_off + RG_SEQS + 1;
+    rg.kv_lens = rg.kv_off + RG_SEQS + 1;
+    for (int64_t b = 0; b < rg.seqs; b++) {
+        unsigned v = fz(F_RG_LEN0 + (int)b);
+        rg.tq[b] = (int64_t)(v % 5);
+        rg.tk[b] = rg.packed ? (int64_t)(v / 16 % 6) : rg.Tk;
+        rg.q_off[b + 1] = rg.q_off[b] + rg.tq[b];
+        rg.kv_off[b + 1] = rg.kv_off[b] + rg.tk[b];
+        unsigned m = fz(F_RG_KVLEN) >> (2 * b) & 3;
+        const int64_t tk = rg.tk[b];
+        rg.kv_lens[b] = !rg.use_kvlens || m == 0 ? tk
+                        : m == 1                 ? 0
+                        : m == 2                 ? tk / 2
+                                                 : (tk > 0 ? tk - 1 : 0);
+    }
+    rg.total_q = rg.q_off[rg.seqs];
+    rg.key_rows = rg.packed ? rg.kv_off[rg.seqs] : rg.Tk;
+    const int64_t nk = rg.packed ? 1 : rg.seqs;
+    g.N = 1;
+    g.Tq = rg.total_q;
+    g.Tk = rg.key_rows;
+    memset(g_t, 0, sizeof g_t);
+    rg_tensor(T_Q, 1, g.Hq, rg.total_q, g.Dk, es);
+    rg_tensor(T_OUT, 1, g.Hq, rg.total_q, g.Dv, es);
+    rg_tensor(T_LSE, 1, g.Hq, rg.total_q, 1, es);
+    rg_tensor(T_DOUT, 1, g.Hq, rg.total_q, g.Dv, es);
+    rg_tensor(T_DQ, 1, g.Hq, rg.total_q, g.Dk, es);
+    rg_tensor(T_K, nk, g.Hkv, rg.key_rows, g.Dk, es);
+    rg_tensor(T_V, nk, g.Hkv, rg.key_rows, g.Dv, es);
+    rg_tensor(T_DK, nk, g.Hkv, rg.key_rows, g.Dk, es);
+    rg_tensor(T_DV, nk, g.Hkv, rg.key_rows, g.Dv, es);
+    a->dtype = g.dt.dtype;
+    decode_options(a);
+    a->kv_lens = rg.use_kvlens ? rg.kv_lens : NULL;
+    a->seqs = rg.seqs;
+    a->q_offsets = rg.q_off;
+    a->kv_offsets = rg.packed ? rg.kv_off : NULL;
+    fz_buf *ds = fz_buf_new("dsinks", 1, sizeof g.dsinks);
+    fz_buf_allow(ds, sizeof(double), (size_t)g.Hq * sizeof(double));
+    if (a->dsinks)
+        a->dsinks = (double *)(void *)ds->mem + 1;
+    for (int t = 0; t < T_COUNT; t++)
+        if (g_t[t].present)
+            *slot_of(a, t) = g_t[t].t;
+}
+
+/* Where key j of sequence b lives: its item and row. */
+static void rg_key_at(int64_t b, int64_t j, int64_t *item, int64_t *row)
+{
+    *item = rg.packed ? 0 : b;
+    *row = rg.packed ? rg.kv_off[b] + j : j;
+}
+
+/* q, k, v, dout drawn (the K / V rows no sequence may read NaN), then out
+ * and lse of each sequence's reference; any_empty: some row has no
+ * allowed key. Returns the largest logit bound of the references. */
+static long double rg_fill(const sdpa_backward_args *a, int *any_empty)
+{
+    double amp = sqrt((0.3 + 6.0 * (double)(fz(F_AMP) % 16) / 15.0) /
+                      sqrt((double)g.Dk));
+    fz_tens *Q = &g_t[T_Q], *K = &g_t[T_K], *V = &g_t[T_V];
+    fz_tens *D = &g_t[T_DOUT], *O = &g_t[T_OUT], *L = &g_t[T_LSE];
+    for (int64_t h = 0; h < g.Hq; h++)
+        for (int64_t i = 0; i < rg.total_q; i++) {
+            for (int64_t d = 0; d < g.Dk; d++)
+                fz_set(Q, fz_off4(&Q->t, 0, h, i, d), fz_sym(amp));
+            for (int64_t d = 0; d < g.Dv; d++)
+                fz_set(D, fz_off4(&D->t, 0, h, i, d), fz_sym(1.0));
+        }
+    for (int64_t b = 0; b < rg.seqs; b++)
+        for (int64_t hk = 0; hk < g.Hkv; hk++)
+            for (int64_t j = 0; j < rg.tk[b]; j++) {
+                int read = rg.tq[b] > 0 && j < rg.kv_lens[b];
+                int64_t item, row;
+                rg_key_at(b, j, &item, &row);
+                for (int64_t d = 0; d < g.Dk; d++)
+                    fz_set(K, fz_off4(&K->t, item, hk, row, d),
+                           read ? fz_sym(amp) : NAN);
+                for (int64_t d = 0; d < g.Dv; d++)
+                    fz_set(V, fz_off4(&V->t, item, hk, row, d),
+                           read ? fz_sym(1.0) : NAN);
+            }
+    long double most = 0;
+    *any_empty = 0;
+    for (int64_t b = 0; b < rg.seqs; b++) {
+        if (rg.tq[b] == 0)
+            continue;
+        sdpa_backward_args sub = tp_ragged_sequence(a, b);
+        sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
+        TP_COPY_SHARED(f, sub);
+        f.dtype = g.dt.compute;
+        ref_result ref;
+        CHECK(ref_forward(&f, &ref) == 0, "reference out of memory");
+        *any_empty |= ref.any_empty;
+        long double bound =
+            ref.logit_absmax + ref.alibi_absmax + ref.sink_absmax;
+        most = bound > most ? bound : most;
+        for (int64_t h = 0; h < g.Hq; h++)
+            for (int64_t i = 0; i < rg.tq[b]; i++) {
+                size_t r = (size_t)(h * rg.tq[b] + i);
+                int64_t row = rg.q_off[b] + i;
+                for (int64_t d = 0; d < g.Dv; d++)
+                    fz_set(O, fz_off4(&O->t, 0, h, row, d),
+                           (double)ref.out[r * (size_t)g.Dv + (size_t)d]);
+                fz_set(L, fz_off4(&L->t, 0, h, row, 0), (double)ref.lse[r]);
+            }
+        ref_free(&ref);
+    }
+    return most;
+}
+
+/* A NaN lse at a packed row the fields choose: 2 when the row has allowed
+ * keys (NONFINITE for sure), 1 when not (no gradient reads it), 0 none. */
+static int rg_special(const sdpa_backward_args *a)
+{
+    if (fz(F_SPECIAL) % 16 != 10 || rg.total_q == 0)
+        return 0;
+    const int64_t row = (int64_t)(fz(F_SP_POS) % (unsigned)rg.total_q);
+    int64_t b = 0;
+    while (rg.q_off[b + 1] <= row)
+        b++;
+    sdpa_backward_args sub = tp_ragged_sequence(a, b);
+    sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
+    TP_COPY_SHARED(f, sub);
+    f.dtype = g.dt.compute;
+    ref_result ref;
+    CHECK(ref_forward(&f, &ref) == 0, "reference out of memory");
+    const int64_t keys = ref.tk, i = row - rg.q_off[b];
+    int any = 0;
+    for (int64_t j = 0; j < keys; j++)
+        any |= ref.allowed[(size_t)i * (size_t)keys + (size_t)j];
+    ref_free(&ref);
+    fz_set(&g_t[T_LSE], fz_off4(&g_t[T_LSE].t, 0, 0, row, 0), NAN);
+    return any ? 2 : 1;
+}
+
+/* One error of the ragged description, into a (the offsets and kv_lens
+ * are the registered buffer's). Returns the statuses it may cause; *late:
+ * found only after each sequence's checks (which may fail first). */
+static fz_sset rg_inject(sdpa_backward_args *a, int *late)
+{
+    const unsigned v = fz(F_RG_BAD_VAL);
+    const int64_t b = (int64_t)(v % (unsigned)rg.seqs);
+    *late = 0;
+    switch (fz(F_RG_BAD) % 24) {
+    case 1:
+        a->seqs = -1 - (int64_t)(v % 3);
+        return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+    case 2:
+        a->q_offsets = NULL;
+        return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+    case 3: /* q_offsets (and kv_offsets) without seqs */
+        a->seqs = 0;
+        return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+    case 4: /* refused tensors: any data pointer */
+        a->mask = a->q;
+        return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+    case 5:
+        a->bias = a->q;
+        return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+    case 6:
+        a->dbias = a->dq;
+        return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+    case 7:
+        a->q.shape[0] = 2;
+        return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+    case 8: /* keys shared by the sequences; packed: not [1, ...] */
+        if (!rg.packed && rg.seqs == 1)
+            return 0;
+        a->k.shape[0] = a->v.shape[0] = rg.packed ? 2 : 1;
+        return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+    case 9:
+        rg.q_off[0] = 1 + (int64_t)(v % 2);
+        return FZ_BIT(SDPA_ERR_OFFSETS_START);
+    case 10:
+        rg.q_off[b + 1] = rg.q_off[b] - 1 - (int64_t)(v / 4 % 2);
+        return FZ_BIT(SDPA_ERR_OFFSETS_ORDER);
+    case 11:
+        rg.q_off[rg.seqs] += v % 2 ? 1 : -1;
+        if (rg.q_off[rg.seqs] < rg.q_off[rg.seqs - 1])
+            return FZ_BIT(SDPA_ERR_OFFSETS_ORDER);
+        return FZ_BIT(SDPA_ERR_OFFSETS_END);
+    case 12: /* kv_offsets: a bad start, or with batched keys */
+        if (!rg.packed) {
+            if (rg.seqs == 1)
+                return 0;
+            a->kv_offsets = rg.kv_off;
+            return FZ_BIT(SDPA_ERR_BAD_RAGGED);
+        }
+        rg.kv_off[0] = 1;
+        return FZ_BIT(SDPA_ERR_OFFSETS_START);
+    case 13:
+        if (!rg.packed)
+            return 0;
+        rg.kv_off[b + 1] = rg.kv_off[b] - 1;
+        return FZ_BIT(SDPA_ERR_OFFSETS_ORDER);
+    case 14:
+        if (!rg.packed)
+            return 0;
+        rg.kv_off[rg.seqs] += 1;
+        return FZ_BIT(SDPA_ERR_OFFSETS_END);
+    case 15: { /* a per-row tensor's extents */
+        static const int rows[4] = {T_DQ, T_DOUT, T_LSE, T_OUT};
+        sdpa_tensor *x = slot_of(a, rows[v % 4]);
+        if (v & 4)
+            x->shape[0] = 2;
+        else
+            x->shape[2] += 1;
+        return FZ_BIT(SDPA_ERR_SHAPE_MISMATCH);
+    }
+    case 16: { /* a key gradient's extents */
+        sdpa_tensor *x = v % 2 ? &a->dv : &a->dk;
+        if (v & 2)
+            x->shape[0] += 1;
+        else
+            x->shape[2] += 1;
+        return FZ_BIT(SDPA_ERR_SHAPE_MISMATCH);
+    }
+    case 17:
+        if (!a->kv_lens)
+            return 0;
+        rg.kv_lens[b] = v & 2 ? -1 : rg.tk[b] + 1;
+        return FZ_BIT(SDPA_ERR_BAD_KV_LEN);
+    case 18: /* dsinks over the offsets */
+        if (!a->dsinks)
+            return 0;
+        a->dsinks = (double *)(void *)(rg.q_off + v % 2);
+        *late = 1;
+        return FZ_BIT(SDPA_ERR_OVERLAP);
+    case 19: /* a gradient over another output or an input, both with
+              * rows (a view without rows has no byte to overlap) */
+        if (v % 2 && rg.total_q > 0 && rg.key_rows > 0)
+            a->dq.data = a->dk.data;
+        else if (rg.key_rows > 0)
+            a->dv.data = rg.total_q > 0 ? a->q.data : a->k.data;
+        else
+            return 0;
+        *late = 1;
+        return FZ_BIT(SDPA_ERR_OVERLAP);
+    case 20: /* rows written twice: within a sequence, or across them */
+        a->dq.stride[2] = 0;
+        *late = 1;
+        return FZ_BIT(SDPA_ERR_BAD_STRIDE) |
+               (rg.total_q <= 1 ? FZ_BIT(SDPA_OK) : 0);
+    default:
+        return 0;
+    }
+}
+
+/* The ragged gradients against the oracle, sequence by sequence. */
+static void rg_compare_oracle(const sdpa_backward_args *a)
+{
+    const double eps = g.dt.compute == SDPA_FLOAT32 ? FLT_EPSILON : DBL_EPSILON;
+    const bwd_extra none = {0, 0, 0, 0, 0, 0};
+    long double dsinks[8] = {0}, bounds[8] = {0};
+    for (int64_t b = 0; b < rg.seqs; b++) {
+        if (rg.tq[b] == 0)
+            continue;
+        sdpa_backward_args sub = tp_ragged_sequence(a, b);
+        bwd_ref r;
+        CHECK(ref_backward(&sub, eps, &none, &r) == 0,
+              "reference out of memory");
+        for (int64_t h = 0; h < g.Hq; h++) {
+            dsinks[h] += r.dsinks[h];
+            bounds[h] += r.ts[h];
+            for (int64_t i = 0; i < rg.tq[b]; i++)
+                for (int64_t d = 0; d < g.Dk; d++) {
+                    size_t x = bwd_dq_at(&r, 0, h, i) + (size_t)d;
+                    fz_check_close(
+                        "dq",
+                        fz_get(&g_t[T_DQ],
+                               fz_off4(&a->dq, 0, h, rg.q_off[b] + i, d)),
+                        r.dq[x], r.tq[x], eps, r.sq[x], b, h, i, d);
+                }
+        }
+        for (int64_t hk = 0; hk < g.Hkv; hk++)
+            for (int64_t j = 0; j < rg.tk[b]; j++) {
+                int64_t item, row;
+                rg_key_at(b, j, &item, &row);
+                for (int64_t d = 0; d < g.Dk; d++) {
+                    size_t x = bwd_dk_at(&r, 0, hk, j) + (size_t)d;
+                    fz_check_close(
+                        "dk",
+                        fz_get(&g_t[T_DK], fz_off4(&a->dk, item, hk, row, d)),
+                        r.dk[x], r.tk[x], eps, r.sk[x], b, hk, j, d);
+                }
+                for (int64_t d = 0; d < g.Dv; d++) {
+                    size_t x = bwd_dv_at(&r, 0, hk, j) + (size_t)d;
+                    fz_check_close(
+                        "dv",
+                        fz_get(&g_t[T_DV], fz_off4(&a->dv, item, hk, row, d)),
+                        r.dv[x], r.tv[x], eps, r.sv[x], b, hk, j, d);
+                }
+            }
+        bwd_ref_free(&r);
+    }
+    for (int64_t h = 0; a->dsinks && h < g.Hq; h++)
+        fz_check_close("dsinks", a->dsinks[h], dsinks[h], bounds[h],
+                       DBL_EPSILON, 1, 0, h, 0, 0);
+}
+
+/* Element (n, h, t, d) of tensor t's view and of a contiguous
+ * [1, H, T, D] copy hold the same bits (y NULL: +0). */
+static int rg_same(int t, const sdpa_tensor *view, int64_t n, int64_t h,
+                   int64_t row, int64_t d, const void *y, int64_t yrow,
+                   int64_t ytq, int64_t ydim)
+{
+    const size_t es = g_t[t].es;
+    const char *p =
+        (const char *)view->data + (size_t)fz_off4(view, n, h, row, d) * es;
+    if (!y) {
+        static const char zero[8];
+        return memcmp(p, zero, es) == 0;
+    }
+    const char *q =
+        (const char *)y + (size_t)((h * ytq + yrow) * ydim + d) * es;
+    return memcmp(p, q, es) == 0;
+}
+
+/* The ragged gradients against each sequence's own rectangular call on
+ * the same context: bitwise; +0 for the keys of a sequence without rows;
+ * dsinks their sum in sequence order. */
+static void rg_compare_sequences(sdpa_ctx *ctx, const sdpa_backward_args *a)
+{
+    const size_t es = fz_esize(g.dt.compute);
+    double sum[8] = {0};
+    int first = 1;
+    for (int64_t b = 0; b < rg.seqs; b++) {
+        const int64_t tq = rg.tq[b];
+        sdpa_backward_args sub = tp_ragged_sequence(a, b);
+        const int64_t kr = sub.k.shape[2];
+        void *dq = NULL, *dk = NULL, *dv = NULL;
+        double own[8];
+        if (tq > 0) {
+            dq = calloc((size_t)(g.Hq * tq * g.Dk), es);
+            dk = calloc((size_t)(g.Hkv * kr * g.Dk), es);
+            dv = calloc((size_t)(g.Hkv * kr * g.Dv), es);
+            CHECK(dq && dk && dv, "out of memory");
+            sub.dq = sdpa_tensor_bhtd(dq, 1, g.Hq, tq, g.Dk);
+            sub.dk = sdpa_tensor_bhtd(dk, 1, g.Hkv, kr, g.Dk);
+            sub.dv = sdpa_tensor_bhtd(dv, 1, g.Hkv, kr, g.Dv);
+            sub.dsinks = a->dsinks ? own : NULL;
+            int st = sdpa_backward(ctx, &sub);
+            CHECK(st == SDPA_OK, "sequence %lld's own call: %s", (long long)b,
+                  sdpa_ctx_last_error(ctx));
+            for (int64_t h = 0; h < g.Hq; h++)
+                for (int64_t i = 0; i < tq; i++)
+                    for (int64_t d = 0; d < g.Dk; d++)
+                        CHECK(rg_same(T_DQ, &a->dq, 0, h, rg.q_off[b] + i, d,
+                                      dq, i, tq, g.Dk),
+                              "dq of sequence %lld, head %lld, row %lld is not "
+                              "its own call's",
+                              (long long)b, (long long)h, (long long)i);
+            for (int64_t h = 0; a->dsinks && h < g.Hq; h++)
+                sum[h] = first ? own[h] : sum[h] + own[h];
+            first = 0;
+        }
+        for (int64_t hk = 0; hk < g.Hkv; hk++)
+            for (int64_t j = 0; j < rg.tk[b]; j++) {
+                int64_t item, row;
+                rg_key_at(b, j, &item, &row);
+                for (int64_t d = 0; d < g.Dk; d++)
+                    CHECK(rg_same(T_DK, &a->dk, item, hk, row, d, dk, j, kr,
+                                  g.Dk),
+                          "dk of sequence %lld, key %lld is not %s",
+                          (long long)b, (long long)j,
+                          tq > 0 ? "its own call's" : "+0");
+                for (int64_t d = 0; d < g.Dv; d++)
+                    CHECK(rg_same(T_DV, &a->dv, item, hk, row, d, dv, j, kr,
+                                  g.Dv),
+                          "dv of sequence %lld, key %lld is not %s",
+                          (long long)b, (long long)j,
+                          tq > 0 ? "its own call's" : "+0");
+            }
+        free(dq);
+        free(dk);
+        free(dv);
+    }
+    for (int64_t h = 0; a->dsinks && h < g.Hq; h++)
+        CHECK(memcmp(&sum[h], &a->dsinks[h], sizeof(double)) == 0,
+              "dsinks[%lld] = %.17g, the sequences' sum %.17g", (long long)h,
+              a->dsinks[h], sum[h]);
+}
+
+static void run_ragged(void)
+{
+    sdpa_backward_args a = SDPA_BACKWARD_ARGS_INIT;
+    rg_decode(&a);
+    int any_empty = 0, special = 0;
+    long double logits = 0;
+    if (g.dt.valid) {
+        logits = rg_fill(&a, &any_empty);
+        special = rg_special(&a);
+    }
+    int late = 0;
+    fz_sset errs = rg_inject(&a, &late);
+    const fz_sset moot = errs & FZ_BIT(SDPA_OK);
+    errs &= ~FZ_BIT(SDPA_OK);
+    const int bad_dtype = !g.dt.valid && !g.dt.pending;
+    sdpa_ctx *ctx = fz_ctx_new();
+    fz_apply_options(ctx, F_OPT0_ID);
+    rg_describe(&a);
+    const int empty_error = any_empty && !fz_opt.empty_zero;
+    const int check_vals = !special && logits <= 1e3;
+    fz_sset expect = errs;
+    if (bad_dtype)
+        expect |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
+    if (g.dt.pending)
+        expect |= FZ_ALL_DOCUMENTED;
+    if ((!errs || late) && !bad_dtype && empty_error)
+        expect |= FZ_BIT(SDPA_ERR_FULLY_MASKED_ROW);
+    if ((!errs || moot) && !bad_dtype && g.dt.valid && !empty_error)
+        expect |= valid_outcomes(special, check_vals);
+    (void)arm_oom(&expect);
+    fz_snapshot();
+    int st = sdpa_backward(ctx, &a);
+    fz_check_status("sdpa_backward", st, expect, ctx);
+    check_buffers(st, "ragged backward");
+    if (st == SDPA_ERR_NONFINITE && special == 2)
+        CHECK(strncmp(sdpa_ctx_last_error(ctx), "sdpa_backward: sequence ",
+                      24) == 0,
+              "NONFINITE does not name the sequence: %s",
+              sdpa_ctx_last_error(ctx));
+    if (st == SDPA_OK && !errs && !moot) {
+        fz_as.fail_at = -1;
+        if (check_vals)
+            rg_compare_oracle(&a);
+        fz_second_call(ctx, fz(F_SECOND), st, call_backward, &a, "gradients");
+        if (!special)
+            rg_compare_sequences(ctx, &a);
+    }
+    fz_ctx_end(ctx);
+}
+
 static void run(void)
 {
+    if (fz(F_RAGGED) % 4 == 1) {
+        run_ragged();
+        return;
+    }
     sdpa_backward_args a = SDPA_BACKWARD_ARGS_INIT;
     decode_problem(&a);
     fz_sset errs = 0, amb = 0;
@@ -696,34 +1258,18 @@ static void run(void)
         int empty_error = ref.any_empty && !fz_opt.empty_zero;
         if (empty_error)
             expect |= FZ_BIT(SDPA_ERR_FULLY_MASKED_ROW);
-        if (special == 2) {
-            expect |= FZ_BIT(SDPA_ERR_NONFINITE);
-        } else if (!empty_error) {
-            expect |= FZ_BIT(SDPA_OK);
-            /* logits too large for the bounds: an overflow may be
-             * reported */
-            check_vals =
-                !special &&
-                ref.logit_absmax + ref.alibi_absmax + ref.sink_absmax <= 1e3;
-            if (special || !check_vals)
-                expect |= FZ_BIT(SDPA_ERR_NONFINITE);
-        }
+        check_vals =
+            !special &&
+            ref.logit_absmax + ref.alibi_absmax + ref.sink_absmax <= 1e3;
+        if (special == 2 || !empty_error)
+            expect |= valid_outcomes(special, check_vals);
     }
-    unsigned oomv = fz(F_OOM);
-    int oom = oomv % 16 == 15;
-    if (oom) {
-        fz_as.fail_at = fz_as.allocs + (long)((oomv >> 4) % 4);
-        if (expect & (FZ_BIT(SDPA_OK) | FZ_BIT(SDPA_ERR_NONFINITE)))
-            expect |= FZ_BIT(SDPA_ERR_OUT_OF_MEMORY);
-    }
+    const int oom = arm_oom(&expect);
 
     fz_snapshot();
     int st = sdpa_backward(null_ctx ? NULL : ctx, null_args ? NULL : &box.a);
     fz_check_status("sdpa_backward", st, expect, null_ctx ? NULL : ctx);
-    if (st != SDPA_OK && st != SDPA_ERR_NONFINITE)
-        fz_check_bufs(1, 0, "refused backward");
-    else if (g.dt.valid)
-        fz_check_bufs(0, st == SDPA_OK, "backward");
+    check_buffers(st, "backward");
     if (st == SDPA_OK && check_vals) {
         bwd_ref r;
         bwd_extra none = {0, 0, 0, 0, 0, 0};
@@ -865,11 +1411,93 @@ static const fz_seed seeds[] = {
     {"huge_tk", {{F_MODE, 7}, {F_HUGE_WHAT, 3}, {F_HUGE_VAL, 3}, {-1, 0}}},
     {"huge_n_broadcast_inputs",
      {{F_MODE, 7}, {F_HUGE_WHAT, 0}, {F_KV_BCAST, 1}, {-1, 0}}},
+    /* ragged calls: lengths Tq_b | packed Tk_b << 4 */
+    {"ragged_packed_gqa_causal_empty",
+     {{F_RAGGED, 1},
+      {F_RG_SEQS, 2},
+      {F_HKV, 1},
+      {F_GROUP, 1},
+      {F_DK, 2},
+      {F_DV, 1},
+      {F_RG_LEN0, 3 | 4 << 4},
+      {F_RG_LEN0 + 1, 0 | 2 << 4},
+      {F_RG_LEN0 + 2, 4 | 0 << 4},
+      {F_CAUSAL, 2},
+      FZ_OPTION(F_OPT0_ID, 1, 1),
+      {-1, 0}}},
+    {"ragged_batched_kvlens_window_sinks",
+     {{F_RAGGED, 1},
+      {F_RG_SEQS, 3},
+      {F_RG_KEYS, 3},
+      {F_RG_KVLEN, 0x1B},
+      {F_RG_LEN0, 2},
+      {F_RG_LEN0 + 1, 0},
+      {F_RG_LEN0 + 2, 4},
+      {F_RG_LEN0 + 3, 1},
+      {F_TK, 5},
+      {F_WINDOW, 1 | (2 << 2) | (1 << 4)},
+      {F_ALIBI, 1},
+      {F_SINKS, 1},
+      {F_DSINKS, 1},
+      FZ_OPTION(F_OPT0_ID, 1, 1),
+      {-1, 0}}},
+    {"ragged_blocks_threads_softcap",
+     {{F_RAGGED, 1},
+      {F_RG_SEQS, 1},
+      {F_GROUP, 1},
+      {F_RG_LEN0, 4 | 5 << 4},
+      {F_RG_LEN0 + 1, 1 | 3 << 4},
+      {F_SOFTCAP, 1 | (4 << 2)},
+      {F_CAUSAL, 1},
+      FZ_OPTION(F_OPT0_ID, 6, 1),
+      FZ_OPTION(F_OPT0_ID + 2, 7, 1),
+      FZ_OPTION(F_OPT0_ID + 4, 2, 2),
+      {F_SECOND, 1 | (1 << 2)},
+      {-1, 0}}},
+    {"ragged_no_rows_at_all",
+     {{F_RAGGED, 1},
+      {F_RG_SEQS, 1},
+      {F_RG_LEN0, 0 | 3 << 4},
+      {F_RG_LEN0 + 1, 0 | 1 << 4},
+      {-1, 0}}},
+    {"ragged_shared_kv",
+     {{F_RAGGED, 1},
+      {F_RG_SEQS, 1},
+      {F_RG_KEYS, 1},
+      {F_RG_LEN0, 2},
+      {F_RG_LEN0 + 1, 3},
+      {F_RG_BAD, 8},
+      {-1, 0}}},
+    {"ragged_offsets_order",
+     {{F_RAGGED, 1},
+      {F_RG_SEQS, 2},
+      {F_RG_LEN0, 2 | 2 << 4},
+      {F_RG_LEN0 + 1, 1 | 1 << 4},
+      {F_RG_LEN0 + 2, 3 | 2 << 4},
+      {F_RG_BAD, 10},
+      {F_RG_BAD_VAL, 1},
+      {-1, 0}}},
+    {"ragged_dsinks_over_offsets",
+     {{F_RAGGED, 1},
+      {F_RG_LEN0, 2 | 3 << 4},
+      {F_SINKS, 1},
+      {F_DSINKS, 1},
+      {F_RG_BAD, 18},
+      {-1, 0}}},
+    {"ragged_nan_lse",
+     {{F_RAGGED, 1},
+      {F_RG_SEQS, 1},
+      {F_RG_LEN0, 2 | 3 << 4},
+      {F_RG_LEN0 + 1, 3 | 4 << 4},
+      {F_SPECIAL, 10},
+      {F_SP_POS, 3},
+      {-1, 0}}},
 };
 
 static void reset(void)
 {
     memset(&g, 0, sizeof g);
+    memset(&rg, 0, sizeof rg);
 }
 
 FZ_TARGET("fuzz_backward", "BACKWARD", "default", F_SEED0, F_MODE, reset, run,

@@ -405,7 +405,7 @@ static void fz_sset_str(fz_sset s, char *buf, size_t n)
 {
     size_t at = 0;
     buf[0] = '\0';
-    for (int i = 0; i < 32 && at + 4 < n; i++)
+    for (int i = 0; i < 64 && at + 4 < n; i++)
         if (s & FZ_BIT(i))
             at += (size_t)snprintf(buf + at, n - at, "%s%d", at ? "," : "", i);
 }

@@ -104,10 +104,10 @@ int fz_path_streams(int64_t path);
 /* ------------------------------------------------------------------------ */
 /* Statuses.                                                                 */
 /* ------------------------------------------------------------------------ */
-typedef uint32_t fz_sset; /* a set of statuses 0..31 */
+typedef uint64_t fz_sset; /* a set of statuses 0..63 */
 #define FZ_BIT(s) ((fz_sset)1u << (s))
-/* Every status of the header's list (SDPA_OK .. SDPA_ERR_PARALLEL_FOR). */
-#define FZ_ALL_DOCUMENTED (FZ_BIT(SDPA_ERR_PARALLEL_FOR + 1) - 1u)
+/* Every status of the header's list (SDPA_OK .. SDPA_ERR_BUSY). */
+#define FZ_ALL_DOCUMENTED (FZ_BIT(SDPA_ERR_BUSY + 1) - 1u)
 int fz_documented(int status);
 /* The status of `what` is documented and in `expect`; with a context, its
  * message is "" exactly when the status is OK. */

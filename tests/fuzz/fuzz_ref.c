@@ -12,26 +12,6 @@
 /* ------------------------------------------------------------------------ */
 /* Forward.                                                                  */
 /* ------------------------------------------------------------------------ */
-void fz_ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
-                        size_t row, long double *top, long double *entropy)
-{
-    long double m = 0, e = 0;
-    for (int64_t j = 0; j < r->tk; j++) {
-        long double w = r->weights[row * (size_t)r->tk + (size_t)j];
-        m = w > m ? w : m;
-        if (w > 0)
-            e -= w * logl(w);
-    }
-    if (sinks && r->lse[row] != -INFINITY) {
-        long double ws = expl((long double)sinks[h] - r->lse[row]);
-        m = ws > m ? ws : m;
-        if (ws > 0)
-            e -= ws * logl(ws);
-    }
-    *top = m;
-    *entropy = e;
-}
-
 /* Key j of a per-key output (weights, logits) against the reference's keys
  * of its row: exactly `forbidden` where the key is not allowed, within
  * tol of the reference elsewhere (check_vals). Returns the value. */
@@ -119,7 +99,7 @@ void fz_check_attention(const ref_result *r, const test_tol *t,
                               ref);
                 }
                 long double top, ent;
-                fz_ref_diagnostics(r, sinks, h, row, &top, &ent);
+                ref_diagnostics(r, sinks, h, row, &top, &ent);
                 double tol_h = t->entropy + 2 * t->e_p * (double)ent;
                 double mw = 0, en = 0;
                 if (MW) {

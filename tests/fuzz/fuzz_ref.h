@@ -15,12 +15,6 @@
 #include "sdpa.h"
 
 /* Forward tolerances: test_tol, tp_forward_tol (tests/common/problem.h). */
-/* The row's largest weight and entropy from the reference's weights and
- * lse; with sinks the sink's share exp(sigma_h - lse) is one more outcome.
- * A row with no allowed key and no sink reports 0 and 0. */
-void fz_ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
-                        size_t row, long double *top, long double *entropy);
-
 /* The outputs of a forward call (NULL: absent or not written) against the
  * reference: out, weights, lse, logits (at stage), max_weight, entropy
  * within the tolerances (check_vals; out also needs check_out), and

@@ -2088,10 +2088,11 @@ static void run_one(void)
     }
     char extra[160];
     snprintf(extra, sizeof extra,
-             "expect=0x%x specials{certain=%d possible=%d v_key=%d large_v=%d} "
+             "expect=0x%llx specials{certain=%d possible=%d v_key=%d "
+             "large_v=%d} "
              "arena{x=%d y=%d overlap=%d}",
-             (unsigned)expect, sp.nf_certain, sp.nf_possible, sp.v_key,
-             sp.large_v, ar.x, ar.y, ar.overlap);
+             (unsigned long long)expect, sp.nf_certain, sp.nf_possible,
+             sp.v_key, sp.large_v, ar.x, ar.y, ar.overlap);
     describe(extra);
 
     /* 1. the workspace query */
