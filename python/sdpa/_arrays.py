@@ -105,16 +105,18 @@ def storage_type(a, who, name, storage):
 
 
 def byte_mask(x, who, name):
-    """A mask as an Array of 1-byte elements (bool, uint8 or int8: nonzero
-    is what the library tests)."""
+    """A mask as an Array of 1-byte elements: bool, uint8 and int8 arrays are
+    read where they are (nonzero is what the library tests); any other
+    (an int array such as np.array([[0, 1], [0, 0]]), a list) becomes the
+    bool array x != 0, the one copy this package makes of a tensor."""
     arr = take(x, who, name, float_input=False)
-    if not isinstance(x, (np.ndarray,)) and not arr.torch and arr.a.dtype.itemsize != 1:
-        arr.a = (arr.a != 0)  # a list: converting is the only way in
     if arr.a.dtype not in (np.bool_, np.uint8, np.int8):
-        raise Error(
-            _abi.SDPA_ERR_BAD_DTYPE,
-            "%s: %s: dtype %s; a mask is a bool or uint8 array" % (who, name, arr.a.dtype),
-        )
+        if arr.a.dtype.kind not in "biuf":
+            raise Error(
+                _abi.SDPA_ERR_BAD_DTYPE,
+                "%s: %s: dtype %s; a mask is a bool or uint8 array" % (who, name, arr.a.dtype),
+            )
+        arr.a = arr.a != 0
     return arr
 
 
@@ -150,11 +152,6 @@ def tensor(a, who, name, *, output=False):
     if output and not a.flags.writeable:
         raise ValueError("%s: %s: the array is read-only" % (who, name))
     size = a.dtype.itemsize
-    if a.size and not a.flags.aligned:
-        raise Error(
-            _abi.SDPA_ERR_BAD_STRIDE,
-            "%s: %s: the data is not aligned to its %d-byte elements" % (who, name, size),
-        )
     shape = (1,) * (4 - a.ndim) + tuple(a.shape)
     byte_strides = (0,) * (4 - a.ndim) + tuple(a.strides)
     strides = [0, 0, 0, 0]
@@ -173,6 +170,11 @@ def tensor(a, who, name, *, output=False):
         else:
             strides[d] = byte_strides[d] // size
         following = max(following, abs(strides[d]) * shape[d])
+    if a.size and not a.flags.aligned:
+        raise Error(
+            _abi.SDPA_ERR_BAD_STRIDE,
+            "%s: %s: the data is not aligned to its %d-byte elements" % (who, name, size),
+        )
     t = _abi.sdpa_tensor()
     t.data = pointer(a)
     t.shape[:] = shape
