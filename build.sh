@@ -20,8 +20,10 @@ demo_packages=(cmake make gcc libc6-dev pkg-config libopenblas-dev)
 # -lgfortran from openblas.pc's Libs.private; libopenblas-dev does not bring
 # the linker name libgfortran.so, so ld would fail: cannot find -lgfortran.
 # groff-base: the man pages' lint (ctest man_pages_lint, tool_man_page).
+# python3-numpy, python3-pytest, python3-venv: the Python package's tests
+# (ctest -L python; python_pip installs it into a venv).
 test_packages=("${demo_packages[@]}" libcmocka-dev abigail-tools binutils
-    libgfortran-12-dev groff-base)
+    libgfortran-12-dev groff-base python3-numpy python3-pytest python3-venv)
 
 usage() {
     echo "usage: ./build.sh demo|test" >&2

@@ -216,7 +216,6 @@ def test_every_status_is_tested_here():
 
     here = os.path.dirname(__file__)
     text = "".join(open(os.path.join(here, f)).read() for f in os.listdir(here) if f.endswith(".py"))
-    text = text.replace(open(os.path.join(here, "..", "sdpa", "_abi.py")).read(), "")
     tested = set(re.findall(r"SDPA_ERR_[A-Z_]+", text))
     assert set(n for n in _abi.STATUS_NAMES.values() if n != "SDPA_OK") <= tested
 
