@@ -229,9 +229,11 @@ def workspace(q, k, v, *, weights=False, lse=False, diagnostics=False, logits=No
     layout = kw.pop("layout", "bhtd")
     out = kw.pop("out", None)
     args, inputs, opts, dims = _forward_args(who, q, k, v, kw, block_table=block_table, storage=storage, layout=layout)
-    _outs = _forward_outputs(who, args, inputs, dims, out, weights, lse, diagnostics, logits, layout)
+    # The outputs must exist (and stay alive) while the library plans with them.
+    outs = _forward_outputs(who, args, inputs, dims, out, weights, lse, diagnostics, logits, layout)
     size = ctypes.c_size_t()
     resolve(ctx).call(lib.sdpa_forward_workspace, ctypes.byref(args), ctypes.byref(size))
+    del outs, opts
     return size.value
 
 
@@ -241,62 +243,23 @@ def _broadcast_extent(a4, dim):
 
 
 def attention_backward(
-    dout,
-    q,
-    k,
-    v,
-    out,
-    lse,
-    *,
-    mask=None,
-    mask_allows=False,
-    bias=None,
-    causal=False,
-    scale=None,
-    softcap=None,
-    kv_lens=None,
-    window=None,
-    alibi=None,
-    sinks=None,
-    q_offsets=None,
-    kv_offsets=None,
-    dbias=False,
-    dsinks=False,
-    dq=None,
-    dk=None,
-    dv=None,
-    layout="bhtd",
-    flags=0,
-    ctx=None,
+    dout, q, k, v, out, lse, *, dbias=False, dsinks=False, dq=None, dk=None, dv=None, layout="bhtd", ctx=None, **options
 ):
     """The gradients of sdpa.attention (sdpa_backward).
 
-    dout is the gradient of the loss for out; q, k, v, the options, out and
+    dout is the gradient of the loss for out; q, k, v, the options (mask,
+    mask_allows, bias, causal, scale, softcap, kv_lens, window, alibi,
+    sinks, q_offsets, kv_offsets: the keywords of sdpa.attention), out and
     lse (lse=True of the forward call) are those of the forward call.
     Returns the named tuple (dq, dk, dv[, dbias][, dsinks]): dk and dv have
     extent 1 over N where k and v are broadcast over N (the sum over the
     batch), dbias the bias's shape with extent 1 where the bias broadcasts
-    (dbias=True, or an array), dsinks Hq values (dsinks=True). float32 and
-    float64 only.
+    (dbias=True, or an array), dsinks Hq values (dsinks=True). dq, dk, dv
+    may be arrays to write into. float32 and float64 only.
     """
     who = "sdpa.attention_backward"
     inputs = _Inputs(who, q, k, v, None, layout)
-    opts = Options(
-        who,
-        mask=mask,
-        mask_allows=mask_allows,
-        bias=bias,
-        causal=causal,
-        scale=scale,
-        softcap=softcap,
-        kv_lens=kv_lens,
-        window=window,
-        alibi=alibi,
-        sinks=sinks,
-        q_offsets=q_offsets,
-        kv_offsets=kv_offsets,
-        flags=flags,
-    )
+    opts = Options(who, **options)
     code = inputs.dtype
     args = _abi.new(_abi.sdpa_backward_args)
     args.dtype = code

@@ -130,15 +130,11 @@ class _Layer:
         return (self.n, self.hq, self.tq, last)[4 - (self.rank + 1) :]
 
 
-def _layer_kw(kw):
-    names = ("mask", "mask_allows", "bias", "causal", "scale", "softcap", "kv_lens", "window", "alibi", "sinks", "flags")
-    unknown = set(kw) - set(names)
-    if unknown:
-        raise TypeError("unexpected keyword argument(s): %s" % ", ".join(sorted(unknown)))
-    return kw
+_ATTENTION_OPTIONS = ("mask", "mask_allows", "bias", "causal", "scale", "softcap", "kv_lens", "window", "alibi", "sinks", "flags")
 
 
-def mha_forward(
+def _layer(
+    who,
     x_q,
     w_q,
     w_k,
@@ -159,30 +155,36 @@ def mha_forward(
     pos_offset=0,
     pos_q=None,
     pos_kv=None,
-    weights=False,
-    lse=False,
-    diagnostics=False,
-    out=None,
-    ctx=None,
     **attention_options
 ):
+    """The layer's arguments, shared by mha_forward and mha_backward."""
+    unknown = set(attention_options) - set(_ATTENTION_OPTIONS)
+    if unknown:
+        raise TypeError("%s: unexpected keyword argument(s): %s" % (who, ", ".join(sorted(unknown))))
+    params = dict(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o)
+    return _Layer(
+        who, x_q, params, heads=heads, x_kv=x_kv, heads_kv=heads_kv, dim_k=dim_k, dim_v=dim_v,
+        positions=positions, pos_base=pos_base, pos_offset=pos_offset, pos_q=pos_q, pos_kv=pos_kv,
+        attn_kw=attention_options,
+    )
+
+
+def mha_forward(x_q, w_q, w_k, w_v, w_o, *, weights=False, lse=False, diagnostics=False, out=None, ctx=None, **layer):
     """y = Concat(head_1..head_H) W_O + b_o, head_h = attention of the
     projected x_q W_Q, x_kv W_K, x_kv W_V (x_kv None: self-attention).
 
-    x_q [T, d_model] or [N, T, d_model] (float32 or float64); weights as x W
-    ([d_model, heads·dk] ...); positions None, "sinusoidal", "rope" or
-    "rope_interleaved"; the attention options of sdpa.attention (mask,
-    causal, kv_lens, window, alibi, sinks ...). weights, lse, diagnostics
-    ask for the attention's outputs as in sdpa.attention. Returns y, or a
-    named tuple (y, weights, lse, max_weight, entropy: those asked for).
+    x_q [T, d_model] or [N, T, d_model] (float32 or float64); the weights
+    as x W ([d_model, heads·dk] ...). Keywords of the layer: heads
+    (required), x_kv, heads_kv, dim_k, dim_v, b_q, b_k, b_v, b_o,
+    positions (None, "sinusoidal", "rope", "rope_interleaved"), pos_base,
+    pos_offset, pos_q, pos_kv; and the attention options of
+    sdpa.attention: mask, mask_allows, bias, causal, scale, softcap,
+    kv_lens, window, alibi, sinks. weights, lse, diagnostics ask for the
+    attention's outputs as in sdpa.attention. Returns y, or a named tuple
+    (y, weights, lse, max_weight, entropy: those asked for).
     """
     who = "sdpa.mha_forward"
-    params = dict(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o)
-    layer = _Layer(
-        who, x_q, params, heads=heads, x_kv=x_kv, heads_kv=heads_kv, dim_k=dim_k, dim_v=dim_v,
-        positions=positions, pos_base=pos_base, pos_offset=pos_offset, pos_q=pos_q, pos_kv=pos_kv,
-        attn_kw=_layer_kw(attention_options),
-    )
+    layer = _layer(who, x_q, w_q, w_k, w_v, w_o, **layer)
     outs = {"y": Output(out, layer.rows_shape(layer.tq), layer.code, who, "out")}
     layer.args.y = _arrays.tensor(_rows(outs["y"].array), who, "out", output=True)
     if weights is not False and weights is not None:
@@ -206,46 +208,17 @@ def mha_forward(
 GRADIENTS = ("dx_q", "dx_kv", "dw_q", "dw_k", "dw_v", "dw_o", "db_q", "db_k", "db_v", "db_o")
 
 
-def mha_backward(
-    dy,
-    x_q,
-    w_q,
-    w_k,
-    w_v,
-    w_o,
-    *,
-    heads,
-    x_kv=None,
-    heads_kv=None,
-    dim_k=None,
-    dim_v=None,
-    b_q=None,
-    b_k=None,
-    b_v=None,
-    b_o=None,
-    positions=None,
-    pos_base=None,
-    pos_offset=0,
-    pos_q=None,
-    pos_kv=None,
-    grads=None,
-    ctx=None,
-    **attention_options
-):
-    """The gradients of sdpa.mha_forward with the same arguments, for dy the
-    gradient of the loss for y. grads names the ones wanted (default: all
-    of dx_q, dx_kv (cross-attention only), dw_q .. dw_o, db_q .. db_o;
-    frozen parameters cost nothing); returns them as a named tuple in that
-    order. db_* is the gradient at b = 0 when the layer has no such bias."""
+def mha_backward(dy, x_q, w_q, w_k, w_v, w_o, *, grads=None, ctx=None, **layer):
+    """The gradients of sdpa.mha_forward with the same arguments (and
+    keywords), for dy the gradient of the loss for y. grads names the ones
+    wanted (default: all of dx_q, dx_kv (cross-attention only), dw_q ..
+    dw_o, db_q .. db_o; frozen parameters cost nothing); returns them as a
+    named tuple in that order. db_* is the gradient at b = 0 when the layer
+    has no such bias."""
     who = "sdpa.mha_backward"
-    params = dict(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o)
-    layer = _Layer(
-        who, x_q, params, heads=heads, x_kv=x_kv, heads_kv=heads_kv, dim_k=dim_k, dim_v=dim_v,
-        positions=positions, pos_base=pos_base, pos_offset=pos_offset, pos_q=pos_q, pos_kv=pos_kv,
-        attn_kw=_layer_kw(attention_options),
-    )
+    layer = _layer(who, x_q, w_q, w_k, w_v, w_o, **layer)
     if grads is None:
-        grads = [g for g in GRADIENTS if g != "dx_kv" or x_kv is not None]
+        grads = [g for g in GRADIENTS if g != "dx_kv" or layer.x_kv is not None]
     unknown = [g for g in grads if g not in GRADIENTS]
     if unknown:
         raise ValueError("%s: unknown gradient(s) %s; known: %s" % (who, ", ".join(unknown), ", ".join(GRADIENTS)))
@@ -259,12 +232,10 @@ def mha_backward(
     for g in GRADIENTS:
         if g not in grads:
             continue
-        if g == "dx_q":
-            outs[g] = Output(None, layer.rows_shape(layer.tq), layer.code, who, g)
-            bargs.dx_q = _arrays.tensor(_rows(outs[g].array), who, g, output=True)
-        elif g == "dx_kv":
-            outs[g] = Output(None, layer.rows_shape(layer.tk), layer.code, who, g)
-            bargs.dx_kv = _arrays.tensor(_rows(outs[g].array), who, g, output=True)
+        if g in ("dx_q", "dx_kv"):
+            rows = layer.tq if g == "dx_q" else layer.tk
+            outs[g] = Output(None, layer.rows_shape(rows), layer.code, who, g)
+            setattr(bargs, g, _arrays.tensor(_rows(outs[g].array), who, g, output=True))
         else:
             outs[g] = Output(None, layer.param_shape(g[1:]), layer.code, who, g, flat=True)
             setattr(bargs, g, _arrays.pointer(outs[g].array))

@@ -9,7 +9,7 @@ import pytest
 
 import reference as ref
 import sdpa
-from common import random_qkv
+from common import NumpyAllocator, random_qkv
 
 
 def test_options_by_name():
@@ -99,25 +99,9 @@ def test_a_thread_pool_as_parallel_for(rng):
         assert np.array_equal(sdpa.attention(q, k, v, ctx=ctx), want)
 
 
-class _CountingAllocator:
-    def __init__(self):
-        self.live = {}
-        self.calls = 0
-
-    def alloc(self, size, alignment):
-        self.calls += 1
-        buf = np.empty(size + alignment, dtype=np.uint8)
-        address = buf.ctypes.data + (-buf.ctypes.data) % alignment
-        self.live[address] = buf
-        return address
-
-    def free(self, address, size):
-        del self.live[address]
-
-
 def test_allocator_and_the_scratch_promise(rng):
     q, k, v = random_qkv(rng, tq=30, tk=40)
-    allocator = _CountingAllocator()
+    allocator = NumpyAllocator()
     with sdpa.Context(allocator=allocator) as ctx:
         sdpa.attention(q, k, v, ctx=ctx)
         calls = allocator.calls

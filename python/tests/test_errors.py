@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sdpa
+from common import NumpyAllocator
 from sdpa import _abi
 
 SENTINEL = 12345.0
@@ -108,30 +109,11 @@ def test_options_statuses():
         assert ctx.get("threads") == 1  # kept
 
 
-class _FailingAllocator:
-    """Serves the context itself, then refuses every request."""
-
-    def __init__(self):
-        self.live = {}
-        self.refuse = False
-
-    def alloc(self, size, alignment):
-        if self.refuse:
-            return 0
-        buf = np.empty(size + alignment, dtype=np.uint8)
-        address = buf.ctypes.data + (-buf.ctypes.data) % alignment
-        self.live[address] = buf
-        return address
-
-    def free(self, address, size):
-        del self.live[address]
-
-
 def test_out_of_memory(qkv):
     q, k, v = qkv
-    allocator = _FailingAllocator()
+    allocator = NumpyAllocator()
     with sdpa.Context(allocator=allocator) as ctx:
-        allocator.refuse = True
+        allocator.refuse = True  # the context itself was served
         out = np.full((1, 2, 3, 4), SENTINEL)
         _expect("SDPA_ERR_OUT_OF_MEMORY", lambda: sdpa.attention(q, k, v, out=out, ctx=ctx), "sdpa_forward")
         assert np.all(out == SENTINEL)
