@@ -95,7 +95,10 @@ class Options:
             args.q_offsets = self._index(self.q_offsets_in, "q_offsets", np.int64, None)
             batch = seqs
         if self.kv_offsets_in is not None:
-            args.kv_offsets = self._index(self.kv_offsets_in, "kv_offsets", np.int64, max(seqs, 0) + 1)
+            # Without q_offsets the library refuses it (SDPA_ERR_BAD_RAGGED)
+            # and reads nothing: no length to check then.
+            count = seqs + 1 if self.q_offsets_in is not None and seqs >= 0 else None
+            args.kv_offsets = self._index(self.kv_offsets_in, "kv_offsets", np.int64, count)
         if self.kv_lens_in is not None:
             args.kv_lens = self._index(self.kv_lens_in, "kv_lens", np.int64, batch)
         if self.window is not None:

@@ -60,6 +60,7 @@ FORWARD_CASES = [
     ("SDPA_ERR_BAD_LOGITS_STAGE", {"logits": 9}, ["sdpa_forward", "logits"]),
     ("SDPA_ERR_BAD_PAGE", lambda q, k, v: (q, k, v, {"block_table": np.array([[7]], dtype=np.int32)}), ["sdpa_forward"]),
     ("SDPA_ERR_BAD_RAGGED", {"q_offsets": [0, 3], "mask": np.zeros((3, 5), dtype=bool)}, ["sdpa_forward", "mask"]),
+    ("SDPA_ERR_BAD_RAGGED", {"kv_offsets": [0, 5]}, ["sdpa_forward", "q_offsets"]),
     ("SDPA_ERR_OFFSETS_START", {"q_offsets": [1, 3]}, ["sdpa_forward", "q_offsets"]),
     ("SDPA_ERR_OFFSETS_ORDER", {"q_offsets": [0, 2, 1, 3]}, ["sdpa_forward", "q_offsets"]),
     ("SDPA_ERR_OFFSETS_END", {"q_offsets": [0, 2]}, ["sdpa_forward", "q_offsets"]),
