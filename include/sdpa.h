@@ -740,12 +740,15 @@ static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
  * except SDPA_ERR_NONFINITE (a NaN or +inf recomputed logit, or an lse
  * that is NaN, +inf, or -inf for a row that has allowed keys), after which
  * the outputs hold unspecified values. Results are bitwise identical for
- * every SDPA_OPT_NUM_THREADS; the work splits over (batch item, KV head),
- * coarser when k or v is broadcast over N or dbias over N or the heads.
- * With fewer such pairs than workers (and no broadcast gradient, dbias
- * over the keys included) it runs in two passes that split further, dk
- * and dv per key block then dq per query tile: seven products per tile
- * instead of five, spread over the workers, with the same bits.
+ * every SDPA_OPT_NUM_THREADS and the caller's parallel-for: a work item is
+ * one key block of a (batch item, KV head) pair (of every batch item when
+ * k or v is broadcast over N or dbias over N, of every KV head when dbias
+ * is broadcast over the heads; all key blocks when dbias sums over the
+ * keys), and the key blocks add to each query tile's dq in their order,
+ * whichever worker computes them. So a single head spreads over the
+ * workers too, each product computed once. Scratch: O(blocks) per worker
+ * and one 8-byte counter per query tile of each (batch item, head); no
+ * partial dq.
  *
  * Ragged batches (1.2; struct_size 976): seqs, q_offsets and kv_offsets
  * as in sdpa_forward_args, FlashAttention's varlen backward. q, out, lse,
@@ -769,9 +772,8 @@ static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
  * Every sequence is checked as its own call would be (a message about one
  * starts "sdpa_backward: sequence 3: ") and the packed tensors as wholes,
  * before anything is written; then the items of every sequence run in one
- * parallel phase (and a second for the sequences split in two passes),
- * heaviest first. A non-finite value is reported by sequence, head, row
- * of the sequence and packed row. */
+ * parallel phase, heaviest first. A non-finite value is reported by sequence,
+ * head, row of the sequence and packed row. */
 typedef struct sdpa_backward_args {
     size_t struct_size; /* sizeof(sdpa_backward_args) */
     int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64 */

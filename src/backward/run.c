@@ -1,9 +1,10 @@
 /*
- * sdpa_backward's execution: dbias zeroed, the plan's work items on the
- * workers (one pass, or the split's two), then dsinks on the caller's
- * thread. The tiles are backward_impl.h's, for float and double.
+ * sdpa_backward's execution: dbias zeroed and the dQ turns reset, the
+ * plan's work items on the workers, then dsinks on the caller's thread.
+ * The tiles are backward_impl.h's, for float and double.
  */
 #include "backward/backward.h"
+#include "backward/dq_order.h"
 #include "forward/key_range.h"
 #include "forward/row_block.h"
 #include "kernels/rows.h"
@@ -22,22 +23,6 @@ int sdpa_backward_item(const sdpa_problem *p, const sdpa_plan *plan, int kernel,
                        void *scratch, int64_t item, sdpa_where *where)
 {
     return SDPA_BY_DTYPE(p, backward_item, p, plan, kernel, scratch, item,
-                         where);
-}
-
-int sdpa_backward_kv_item(const sdpa_problem *p, const sdpa_plan *plan,
-                          int kernel, void *scratch, int64_t item,
-                          sdpa_where *where)
-{
-    return SDPA_BY_DTYPE(p, backward_kv_item, p, plan, kernel, scratch, item,
-                         where);
-}
-
-int sdpa_backward_q_item(const sdpa_problem *p, const sdpa_plan *plan,
-                         int kernel, void *scratch, int64_t item,
-                         sdpa_where *where)
-{
-    return SDPA_BY_DTYPE(p, backward_q_item, p, plan, kernel, scratch, item,
                          where);
 }
 
@@ -85,32 +70,17 @@ double sdpa_backward_sink_gradient(const sdpa_bwd_problem *bp, int64_t h)
     return -sum;
 }
 
-static int64_t min64(int64_t a, int64_t b)
-{
-    return a < b ? a : b;
-}
-
 int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
                       sdpa_bwd_plan *pl, sdpa_where *where)
 {
     if (bp->dbias.data)
         zero_dbias(bp);
-    sdpa_plan *run = &pl->run;
-    int status;
-    if (pl->split) {
-        const int workers = run->threads;
-        run->threads = (int)min64(workers, pl->kv_items);
-        status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
-                                pl->kv_items, 1, sdpa_backward_kv_item, where);
-        run->threads = (int)min64(workers, pl->q_items);
-        if (status == SDPA_OK)
-            status =
-                sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run, pl->q_items,
-                               1, sdpa_backward_q_item, where);
-    } else {
-        status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
-                                run->work_items, 1, sdpa_backward_item, where);
-    }
+    sdpa_dq_reset(pl->turns, pl->turn_count);
+    /* a key block's items after the set's earlier blocks (dq_order.h):
+     * the sets as the grid's rows, each set's first block started first */
+    int status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, &pl->run,
+                                pl->run.work_items, pl->groups,
+                                sdpa_backward_item, where);
     for (int64_t h = 0; status == SDPA_OK && bp->dsinks && h < bp->p.heads_q;
          h++)
         bp->dsinks[h] = sdpa_backward_sink_gradient(bp, h);
