@@ -1143,7 +1143,11 @@ static void test_errors(void **state)
     CASE(SDPA_ERR_NULL_POINTER, "q", a.q.data = NULL);
     CASE(SDPA_ERR_NULL_POINTER, "dbias without bias", a.bias.data = NULL);
     CASE(SDPA_ERR_NULL_POINTER, "dsinks without sinks", a.sinks = NULL);
-    CASE(SDPA_ERR_BAD_DTYPE, "dtype", a.dtype = 3);
+    CASE(SDPA_ERR_BAD_DTYPE, "dtype", a.dtype = 9);
+    CASE(SDPA_ERR_BAD_DTYPE, "kv_dtype", a.kv_dtype = 9);
+    CASE(SDPA_ERR_BAD_DTYPE, "grad_dtype half",
+         a.grad_dtype = SDPA_FLOAT16); /* 0 or SDPA_FLOAT32 only */
+    CASE(SDPA_ERR_BAD_DTYPE, "grad_dtype float64", a.grad_dtype = SDPA_FLOAT64);
     CASE(SDPA_ERR_BAD_SCALE, "scale", a.scale = -1);
     CASE(SDPA_ERR_BAD_SOFTCAP, "softcap", a.softcap = NAN);
     CASE(SDPA_ERR_BAD_CAUSAL, "causal", a.causal = 7);

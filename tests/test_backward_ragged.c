@@ -942,7 +942,8 @@ static void test_errors(void **state)
     CASE(SDPA_ERR_SHAPE_MISMATCH, "dv is [2, ., 14, .]", a.dv.shape[0] = 2);
     CASE(SDPA_ERR_SHAPE_MISMATCH, "v.shape[2] is 13", a.v.shape[2] = 13);
     /* each sequence as its own call */
-    CASE(SDPA_ERR_BAD_DTYPE, "dtype 3 is neither", a.dtype = SDPA_FLOAT16);
+    CASE(SDPA_ERR_BAD_DTYPE, "grad_dtype 3 is neither",
+         a.grad_dtype = SDPA_FLOAT16);
     CASE(SDPA_ERR_NULL_POINTER, "lse.data is NULL", a.lse.data = NULL);
     CASE(SDPA_ERR_NULL_POINTER, "dsinks is set but sinks", a.sinks = NULL);
     CASE(SDPA_ERR_NULL_POINTER, "sequence 0: dq.data is NULL",

@@ -63,13 +63,13 @@ int sdpa_backward_call(sdpa_ctx *ctx, const sdpa_backward_args *args)
         status = sdpa_backward_plan(ctx, WHO, &bp, &plan);
     if (status == SDPA_OK)
         status = sdpa_scratch_reserve(ctx, WHO, plan.run.reserve_workers,
-                                      plan.worker_bytes, plan.turn_bytes);
+                                      plan.worker_bytes, plan.shared_bytes);
     if (status == SDPA_OK)
         status = sdpa_pool_reserve(ctx, WHO, plan.run.reserve_workers,
                                    plan.run.work_items);
     if (status != SDPA_OK)
         return status;
-    plan.turns = ctx->shared.ptr;
+    sdpa_backward_bind(&bp, &plan, ctx->shared.ptr);
     sdpa_where where = {-1, -1, -1};
     status = sdpa_backward_run(ctx, &bp, &plan, &where);
     if (status == SDPA_ERR_NONFINITE)

@@ -20,6 +20,9 @@
 typedef struct sdpa_bwd_problem {
     sdpa_problem p;
     sdpa_view dout, dq, dk, dv, dbias;
+    /* storage types (SDPA_FLOAT*): dout's (out's), dq's, and dk's and
+     * dv's; dbias is in the compute type p.dtype */
+    int dout_type, dq_type, dkv_type;
     int64_t dbias_shape[4];
     double *dsinks;
     bool k_bcast, v_bcast; /* k / v broadcast over N: dk / dv sum over it */
@@ -43,10 +46,15 @@ typedef struct sdpa_bwd_plan {
      * head), N · Hq · query_tiles of them, set before the run */
     atomic_llong *turns;
     int64_t turn_count;
-    size_t turn_bytes;
-    /* byte offsets of one worker's scratch regions */
+    /* where dq sums: the caller's dq, or with dq in a half type a float32
+     * [N, Hq, Tq, Dk] array after the turns (dq_bytes), rounded into dq
+     * once a tile's last key block has added to it */
+    sdpa_view dq_sum;
+    size_t turn_bytes, dq_bytes, shared_bytes;
+    /* byte offsets of one worker's scratch regions (q, dout, k and v
+     * widened: their blocks when stored in another type than T) */
     size_t off_s, off_dp, off_dk, off_dv, off_d, off_t, off_mask, off_bias,
-        off_live, off_range;
+        off_live, off_range, off_q, off_do, off_k, off_v;
     size_t worker_bytes;
 } sdpa_bwd_plan;
 
@@ -82,9 +90,14 @@ int sdpa_backward_plan(sdpa_ctx *ctx, const char *who,
 bool sdpa_backward_blas_owns_cores(const sdpa_bwd_problem *bp,
                                    const sdpa_bwd_plan *plan);
 
-/* Runs the plan on reserved scratch and workers, its turn counters at
- * plan->turns (ctx->shared for a call of its own): dbias zeroed, the work
- * items, then dsinks. SDPA_ERR_NONFINITE with *where. */
+/* Places the plan's shared_bytes (its turn counters, then a half dq's
+ * float32 sums) at `shared`, SDPA_ALIGN-aligned: ctx->shared for a call of
+ * its own. */
+void sdpa_backward_bind(const sdpa_bwd_problem *bp, sdpa_bwd_plan *plan,
+                        void *shared);
+
+/* Runs the bound plan on reserved scratch and workers: dbias zeroed, the
+ * work items, then dsinks. SDPA_ERR_NONFINITE with *where. */
 int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
                       sdpa_bwd_plan *plan, sdpa_where *where);
 

@@ -6,16 +6,19 @@
 #include "paths/row_terms_impl.h"
 
 /* Copies a key block's accumulated gradient (bk rows of d values, packed)
- * into rows kb.. of a dk or dv view, and zeroes the accumulator. */
-static void NAME(store_block)(const sdpa_view *view, int64_t b, int64_t hk,
-                              int64_t kb, int64_t bk, int64_t d, T *acc)
+ * into rows kb.. of a dk or dv view of storage type `type` (rounded once
+ * when it is a half type), and zeroes the accumulator. */
+static void NAME(store_block)(const sdpa_view *view, int type,
+                              const NAME(sdpa_row_kernels) * rk, int64_t b,
+                              int64_t hk, int64_t kb, int64_t bk, int64_t d,
+                              T *acc)
 {
+    const size_t es = sdpa_dtype_size(type);
     for (int64_t j = 0; j < bk; j++) {
-        T *dst = AT(view, b, hk, kb + j);
-        for (int64_t c = 0; c < d; c++) {
-            dst[c] = acc[j * d + c];
+        char *dst = sdpa_at(view, es, b, hk, kb + j);
+        rk->narrow(acc + j * d, type, dst, d);
+        for (int64_t c = 0; c < d; c++)
             acc[j * d + c] = 0;
-        }
     }
 }
 
@@ -84,11 +87,33 @@ static inline bool NAME(tile_keys)(const sdpa_bwd_problem *bp,
     return true;
 }
 
+/* Rows [row, row + m) of head h of a [N, H, T, d] view of storage type
+ * `type` as T rows the BLAS reads: the caller's own, or widened into dst
+ * (d values a row). */
+static inline const T *NAME(blas_rows)(const sdpa_view *view, int type,
+                                       const NAME(sdpa_row_kernels) * rk,
+                                       int64_t b, int64_t h, int64_t row,
+                                       int64_t m, int64_t d, T *dst,
+                                       int64_t *ld)
+{
+    if (type == SDPA_DTYPE_OF_T) {
+        *ld = sdpa_row_stride(view, d);
+        return AT(view, b, h, row);
+    }
+    const size_t es = sdpa_dtype_size(type);
+    for (int64_t r = 0; r < m; r++)
+        rk->widen(sdpa_at(view, es, b, h, row + r), type, dst + r * d, d);
+    *ld = d;
+    return dst;
+}
+
 /* The scratch regions and the operands' rows of the tile's active rows
- * and keys. */
+ * and keys, widened where they are stored in another type (K and V only
+ * on the live runs: the rows no row sees are never read). */
 static inline void NAME(tile_operands)(const sdpa_bwd_problem *bp,
-                                       const sdpa_bwd_plan *pl, char *scratch,
-                                       NAME(bwd_tile) * t)
+                                       const sdpa_bwd_plan *pl,
+                                       const NAME(sdpa_row_kernels) * rk,
+                                       char *scratch, NAME(bwd_tile) * t)
 {
     const sdpa_problem *p = &bp->p;
     const int64_t dk = p->dim_k, dv = p->dim_v;
@@ -99,16 +124,32 @@ static inline void NAME(tile_operands)(const sdpa_bwd_problem *bp,
     t->dvec = (T *)(void *)(scratch + pl->off_d);
     t->dk_acc = (T *)(void *)(scratch + pl->off_dk) + (t->klo - t->kb) * dk;
     t->dv_acc = (T *)(void *)(scratch + pl->off_dv) + (t->klo - t->kb) * dv;
-    t->q = AT(&p->q, b, h, row);
-    t->dout = AT(&bp->dout, b, h, row);
-    t->dq = AT(&bp->dq, b, h, row);
-    t->k = AT(&p->k, b, hk, t->klo);
-    t->v = AT(&p->v, b, hk, t->klo);
-    t->q_ld = sdpa_row_stride(&p->q, dk);
-    t->do_ld = sdpa_row_stride(&bp->dout, dv);
-    t->dq_ld = sdpa_row_stride(&bp->dq, dk);
-    t->k_ld = sdpa_row_stride(&p->k, dk);
-    t->v_ld = sdpa_row_stride(&p->v, dv);
+    t->q = NAME(blas_rows)(&p->q, p->q_type, rk, b, h, row, t->m, dk,
+                           (T *)(void *)(scratch + pl->off_q), &t->q_ld);
+    t->dout = NAME(blas_rows)(&bp->dout, bp->dout_type, rk, b, h, row, t->m, dv,
+                              (T *)(void *)(scratch + pl->off_do), &t->do_ld);
+    t->dq = AT(&pl->dq_sum, b, h, row);
+    t->dq_ld = sdpa_row_stride(&pl->dq_sum, dk);
+    if (!sdpa_kv_staged(p)) {
+        t->k = AT(&p->k, b, hk, t->klo);
+        t->v = AT(&p->v, b, hk, t->klo);
+        t->k_ld = sdpa_row_stride(&p->k, dk);
+        t->v_ld = sdpa_row_stride(&p->v, dv);
+        return;
+    }
+    T *k = (T *)(void *)(scratch + pl->off_k);
+    T *v = (T *)(void *)(scratch + pl->off_v);
+    for (int64_t j0 = 0, j1 = 0;
+         sdpa_live_run(t->live, t->live_count, t->nk, &j0, &j1); j0 = j1) {
+        NAME(stage_kv_rows)
+        (p, &p->k, dk, b, hk, t->klo + j0, j1 - j0, k + j0 * dk, rk);
+        NAME(stage_kv_rows)
+        (p, &p->v, dv, b, hk, t->klo + j0, j1 - j0, v + j0 * dv, rk);
+    }
+    t->k = k;
+    t->v = v;
+    t->k_ld = dk;
+    t->v_ld = dv;
 }
 
 /* S = scale · Q Kᵀ and dP = dO Vᵀ over the live runs. */
@@ -153,11 +194,18 @@ static inline int NAME(tile_row)(const sdpa_bwd_problem *bp,
     const int64_t i = t->i0 + t->a0 + r, dv = p->dim_v;
     const T cap = (T)p->softcap;
     T *capped = (T *)(void *)(scratch + pl->off_t);
-    const T *o_row = AT(&p->out, b, h, i);
     const T *do_row = t->dout + r * t->do_ld;
     T d_i = 0;
-    for (int64_t c = 0; c < dv; c++)
-        d_i += do_row[c] * o_row[c];
+    if (p->out_type == SDPA_DTYPE_OF_T) {
+        const T *o_row = AT(&p->out, b, h, i);
+        for (int64_t c = 0; c < dv; c++)
+            d_i += do_row[c] * o_row[c];
+    } else { /* out widened exactly, in the same order */
+        const char *o_row =
+            sdpa_at(&p->out, sdpa_dtype_size(p->out_type), b, h, i);
+        for (int64_t c = 0; c < dv; c++)
+            d_i += do_row[c] * (T)sdpa_value_at(o_row, p->out_type, c);
+    }
     t->dvec[r] = d_i;
 
     T *x = t->s + r * t->ld, *g = t->dp + r * t->ld;
@@ -281,7 +329,7 @@ static void NAME(backward_tile)(const sdpa_bwd_problem *bp,
     bool active =
         sees && *status == SDPA_OK && NAME(tile_keys)(bp, pl, scratch, &t);
     if (active) {
-        NAME(tile_operands)(bp, pl, scratch, &t);
+        NAME(tile_operands)(bp, pl, rk, scratch, &t);
         NAME(tile_scores)(&bp->p, &t);
         for (int64_t r = 0; r < t.m && *status == SDPA_OK; r++)
             *status = NAME(tile_row)(bp, pl, rk, scratch, &t, r, BWD_KV | BWD_Q,
@@ -292,15 +340,21 @@ static void NAME(backward_tile)(const sdpa_bwd_problem *bp,
     }
     atomic_llong *turn = &pl->turns[(b * bp->p.heads_q + h) * pl->query_tiles +
                                     i0 / pl->block_q];
+    const int64_t dk = bp->p.dim_k;
     sdpa_dq_wait(turn, kbi);
     if (kbi == 0)
         for (int64_t i = i0; i < i0 + rows; i++) {
-            T *row = AT(&bp->dq, b, h, i);
-            for (int64_t c = 0; c < bp->p.dim_k; c++)
+            T *row = AT(&pl->dq_sum, b, h, i);
+            for (int64_t c = 0; c < dk; c++)
                 row[c] = 0;
         }
     if (active)
         NAME(tile_products)(&bp->p, &t, BWD_Q);
+    if (pl->dq_bytes && kbi == pl->key_blocks - 1) /* a half dq, summed */
+        for (int64_t i = i0; i < i0 + rows; i++)
+            rk->narrow(AT(&pl->dq_sum, b, h, i), bp->dq_type,
+                       sdpa_at(&bp->dq, sdpa_dtype_size(bp->dq_type), b, h, i),
+                       dk);
     sdpa_dq_pass(turn, kbi);
 }
 
@@ -369,15 +423,19 @@ static int NAME(backward_item)(const sdpa_problem *problem,
                              &status, where);
                         }
                     if (shared && !bp->k_bcast)
-                        NAME(store_block)(&bp->dk, b, hk, kb, bk, dk, dk_acc);
+                        NAME(store_block)
+                    (&bp->dk, bp->dkv_type, rk, b, hk, kb, bk, dk, dk_acc);
                     if (shared && !bp->v_bcast)
-                        NAME(store_block)(&bp->dv, b, hk, kb, bk, dv, dv_acc);
+                        NAME(store_block)
+                    (&bp->dv, bp->dkv_type, rk, b, hk, kb, bk, dv, dv_acc);
                 }
                 int64_t b = b0 + bo; /* the item's batch (0 when shared) */
                 if (!shared || bp->k_bcast)
-                    NAME(store_block)(&bp->dk, b, hk, kb, bk, dk, dk_acc);
+                    NAME(store_block)
+                (&bp->dk, bp->dkv_type, rk, b, hk, kb, bk, dk, dk_acc);
                 if (!shared || bp->v_bcast)
-                    NAME(store_block)(&bp->dv, b, hk, kb, bk, dv, dv_acc);
+                    NAME(store_block)
+                (&bp->dv, bp->dkv_type, rk, b, hk, kb, bk, dv, dv_acc);
             }
     return status;
 }

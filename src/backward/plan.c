@@ -56,15 +56,17 @@ static bool plan_tiles(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
 static bool plan_scratch(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl)
 {
     const sdpa_problem *p = &bp->p;
-    enum { REGIONS = 10 };
+    enum { REGIONS = 14 };
     const size_t es = p->elem_size;
     const size_t q = (size_t)pl->block_q, k = (size_t)pl->block_k;
     const size_t ld = (size_t)pl->score_ld;
     const size_t dk = (size_t)p->dim_k, dv = (size_t)p->dim_v;
-    size_t s_count, dk_count, dv_count;
+    size_t s_count, dk_count, dv_count, qk_count, qv_count;
     if (!sdpa_mul_size(q, ld, &s_count) || !sdpa_mul_size(k, dk, &dk_count) ||
-        !sdpa_mul_size(k, dv, &dv_count))
+        !sdpa_mul_size(k, dv, &dv_count) || !sdpa_mul_size(q, dk, &qk_count) ||
+        !sdpa_mul_size(q, dv, &qv_count))
         return false;
+    const bool kv_staged = sdpa_kv_staged(p);
     const size_t counts[REGIONS] = {
         s_count,
         s_count,
@@ -75,13 +77,17 @@ static bool plan_scratch(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl)
         p->mask.data && p->mask.stride[3] != 1 ? k : 0,
         p->bias.data && p->bias.stride[3] != 1 ? k : 0,
         p->mask.data || p->bias.data ? k : 0,
-        2 * q};
-    const size_t sizes[REGIONS] = {es, es, es, es, es,
-                                   es, 1,  es, 1,  sizeof(int64_t)};
+        2 * q,
+        sdpa_q_staged(p) ? qk_count : 0,
+        bp->dout_type != p->dtype ? qv_count : 0,
+        kv_staged ? dk_count : 0,
+        kv_staged ? dv_count : 0};
+    const size_t sizes[REGIONS] = {
+        es, es, es, es, es, es, 1, es, 1, sizeof(int64_t), es, es, es, es};
     size_t *const offsets[REGIONS] = {
-        &pl->off_s,    &pl->off_dp,   &pl->off_dk,   &pl->off_dv,
-        &pl->off_d,    &pl->off_t,    &pl->off_mask, &pl->off_bias,
-        &pl->off_live, &pl->off_range};
+        &pl->off_s, &pl->off_dp,   &pl->off_dk,   &pl->off_dv,   &pl->off_d,
+        &pl->off_t, &pl->off_mask, &pl->off_bias, &pl->off_live, &pl->off_range,
+        &pl->off_q, &pl->off_do,   &pl->off_k,    &pl->off_v};
     return sdpa_place_regions(REGIONS, counts, sizes, offsets, SDPA_ALIGN,
                               &pl->worker_bytes);
 }
@@ -104,9 +110,8 @@ bool sdpa_backward_blas_owns_cores(const sdpa_bwd_problem *bp,
  * block, in turn (dq_order.h). So a call spreads over the workers even
  * with a single head (shape D), and every gemm of the tiles runs once.
  * With dbias summed over the keys, one item takes all of a set's blocks:
- * their dbias terms would meet in one element. The counts cannot
- * overflow: items are at most the elements of K and the turn counters
- * the elements of Q, which validation bounds. */
+ * their dbias terms would meet in one element. The item count cannot
+ * overflow: at most the elements of K, which validation bounds. */
 static bool plan_work(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
                       sdpa_bwd_plan *pl)
 {
@@ -124,8 +129,15 @@ static bool plan_work(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
     run->reserve_workers =
         ctx->parallel_for ? ctx->parallel_workers : run->threads;
     pl->turn_count = p->batch * p->heads_q * pl->query_tiles;
+    size_t dq_count = 0, turns_rounded;
     return sdpa_mul_size((size_t)pl->turn_count, sizeof(atomic_llong),
-                         &pl->turn_bytes);
+                         &pl->turn_bytes) &&
+           sdpa_round_up_size(pl->turn_bytes, SDPA_ALIGN, &turns_rounded) &&
+           (bp->dq_type == p->dtype ||
+            (sdpa_mul_size((size_t)(p->batch * p->heads_q * p->len_q),
+                           (size_t)p->dim_k, &dq_count) &&
+             sdpa_mul_size(dq_count, p->elem_size, &pl->dq_bytes))) &&
+           sdpa_add_size(turns_rounded, pl->dq_bytes, &pl->shared_bytes);
 }
 
 int sdpa_backward_plan(sdpa_ctx *ctx, const char *who,

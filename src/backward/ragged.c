@@ -68,13 +68,26 @@ typedef struct ragged_plan {
 typedef struct ragged_totals {
     int64_t parts, with_rows; /* with_rows: calls of their own */
     int64_t items;
-    size_t worker_bytes, turn_bytes;
+    size_t worker_bytes, shared_bytes; /* shared: the parts' own, aligned */
     bool blas_owns_cores;
 } ragged_totals;
 
-static size_t elem_size(const sdpa_backward_args *a)
+/* The bytes of an element of the call's tensors, by their storage types
+ * (the compute type's for lse: float32 unless everything is float64). */
+typedef struct type_sizes {
+    size_t q, kv, lse, dq, dkv;
+} type_sizes;
+
+static type_sizes sizes_of(const sdpa_backward_args *a)
 {
-    return a->dtype == SDPA_FLOAT64 ? sizeof(double) : sizeof(float);
+    const int kv = a->kv_dtype ? a->kv_dtype : a->dtype;
+    const int grad = a->grad_dtype;
+    return (type_sizes){.q = sdpa_dtype_size(a->dtype),
+                        .kv = sdpa_dtype_size(kv),
+                        .lse = a->dtype == SDPA_FLOAT64 ? sizeof(double)
+                                                        : sizeof(float),
+                        .dq = sdpa_dtype_size(grad ? grad : a->dtype),
+                        .dkv = sdpa_dtype_size(grad ? grad : kv)};
 }
 
 static int part_kind(const sdpa_ragged *r, const sdpa_forward_args *f,
@@ -94,7 +107,7 @@ static void slice_sequence(const sdpa_backward_args *a,
 {
     sdpa_forward_args fs;
     sdpa_ragged_slice(f, r, b, &fs);
-    const size_t es = elem_size(a);
+    const type_sizes es = sizes_of(a);
     const int64_t first = r->q_off[b], rows = sdpa_seq_rows(r, b);
     *sub = *a;
     sub->seqs = 0;
@@ -105,10 +118,10 @@ static void slice_sequence(const sdpa_backward_args *a,
     sub->v = fs.v;
     sub->out = fs.out;
     sub->lse = fs.lse;
-    sub->dout = sdpa_slice_rows(a->dout, es, first, rows);
-    sub->dq = sdpa_slice_rows(a->dq, es, first, rows);
-    sub->dk = sdpa_slice_keys(a->dk, es, r, b);
-    sub->dv = sdpa_slice_keys(a->dv, es, r, b);
+    sub->dout = sdpa_slice_rows(a->dout, es.q, first, rows);
+    sub->dq = sdpa_slice_rows(a->dq, es.dq, first, rows);
+    sub->dk = sdpa_slice_keys(a->dk, es.dkv, r, b);
+    sub->dv = sdpa_slice_keys(a->dv, es.dkv, r, b);
 }
 
 /* A sequence without query rows: its dk and dv, shaped like its k and v
@@ -126,7 +139,7 @@ static int check_no_rows(sdpa_ctx *ctx, const char *who,
                                  .view = views[i],
                                  .required = true,
                                  .is_output = true,
-                                 .elem_size = elem_size(sub)};
+                                 .elem_size = sizes_of(sub).dkv};
         for (int d = 0; d < 4; d++)
             rule.expect[d] = (sdpa_extent){inputs[i]->shape[d], NULL};
         sdpa_byte_range range;
@@ -137,8 +150,10 @@ static int check_no_rows(sdpa_ctx *ctx, const char *who,
             return status;
     }
     sdpa_problem *p = &bp->p;
-    p->dtype = sub->dtype;
-    p->elem_size = elem_size(sub);
+    p->dtype = sub->dtype == SDPA_FLOAT64 ? SDPA_FLOAT64 : SDPA_FLOAT32;
+    p->elem_size = sizes_of(sub).lse; /* the compute type's */
+    const int kv = sub->kv_dtype ? sub->kv_dtype : sub->dtype;
+    bp->dkv_type = sub->grad_dtype ? sub->grad_dtype : kv;
     p->heads_kv = sub->dk.shape[H_DIM];
     p->len_k = sub->dk.shape[T_DIM];
     p->dim_k = sub->dk.shape[D_DIM];
@@ -186,7 +201,9 @@ static bool add_part(ragged_totals *t, const bwd_part *part)
     if (part->kind != PART_CALL)
         return true;
     const sdpa_bwd_plan *pl = &part->plan;
-    if (!sdpa_add_size(t->turn_bytes, pl->turn_bytes, &t->turn_bytes))
+    size_t shared;
+    if (!sdpa_round_up_size(pl->shared_bytes, SDPA_ALIGN, &shared) ||
+        !sdpa_add_size(t->shared_bytes, shared, &t->shared_bytes))
         return false;
     t->worker_bytes =
         pl->worker_bytes > t->worker_bytes ? pl->worker_bytes : t->worker_bytes;
@@ -226,7 +243,8 @@ static int check_key_gradients(sdpa_ctx *ctx, const sdpa_backward_args *a,
 static int check_whole(sdpa_ctx *ctx, const sdpa_backward_args *a,
                        const sdpa_forward_args *f, const sdpa_ragged *r)
 {
-    const size_t es = elem_size(a), ds = sizeof(double);
+    const type_sizes es = sizes_of(a);
+    const size_t ds = sizeof(double);
     const int64_t hq = a->q.shape[H_DIM];
     const sdpa_tensor heads = {NULL, {1, 1, 1, hq}, {hq, hq, hq, 1}};
     sdpa_tensor slopes = heads, sinks = heads, dsinks = heads;
@@ -234,15 +252,15 @@ static int check_whole(sdpa_ctx *ctx, const sdpa_backward_args *a,
     sinks.data = (void *)(uintptr_t)a->sinks;
     dsinks.data = a->dsinks;
     const sdpa_whole_tensor all[12] = {
-        {"q", &a->q, es, false, false},
-        {"k", &a->k, es, false, false},
-        {"v", &a->v, es, false, false},
-        {"out", &a->out, es, false, false},
-        {"lse", &a->lse, es, false, true},
-        {"dout", &a->dout, es, false, false},
-        {"dq", &a->dq, es, true, false},
-        {"dk", &a->dk, es, true, false},
-        {"dv", &a->dv, es, true, false},
+        {"q", &a->q, es.q, false, false},
+        {"k", &a->k, es.kv, false, false},
+        {"v", &a->v, es.kv, false, false},
+        {"out", &a->out, es.q, false, false},
+        {"lse", &a->lse, es.lse, false, true},
+        {"dout", &a->dout, es.q, false, false},
+        {"dq", &a->dq, es.dq, true, false},
+        {"dk", &a->dk, es.dkv, true, false},
+        {"dv", &a->dv, es.dkv, true, false},
         {"alibi_slopes", &slopes, ds, false, false},
         {"sinks", &sinks, ds, false, false},
         {"dsinks", &dsinks, ds, true, false}};
@@ -340,11 +358,12 @@ static int by_cost(const void *x, const void *y)
 }
 
 /* The parts (sequence order) and their slots (start order) into `parts`
- * and `slots`, with their items and their turn counters at `turns`. */
+ * and `slots`, with their items, their turn counters and half dq sums
+ * placed from `shared` on. */
 static void fill_parts(sdpa_ctx *ctx, const sdpa_backward_args *a,
                        const sdpa_forward_args *f, const sdpa_ragged *r,
                        const ragged_totals *t, bwd_part *parts, bwd_slot *slots,
-                       atomic_llong *turns)
+                       char *shared)
 {
     int64_t count = 0;
     for (int64_t b = 0; b < r->seqs && count < t->parts; b++) {
@@ -355,8 +374,11 @@ static void fill_parts(sdpa_ctx *ctx, const sdpa_backward_args *a,
         const sdpa_problem *p = &part->problem.p;
         double cost = 0;
         if (part->kind == PART_CALL) {
-            part->plan.turns = turns;
-            turns += part->plan.turn_count;
+            sdpa_backward_bind(&part->problem, &part->plan, shared);
+            size_t own = 0;
+            (void)sdpa_round_up_size(part->plan.shared_bytes, SDPA_ALIGN,
+                                     &own); /* checked by add_part */
+            shared += own;
             cost = (double)(p->group * p->len_q) *
                    (double)(part->plan.item_blocks * part->plan.block_k) *
                    (double)(p->dim_k + p->dim_v);
@@ -403,11 +425,14 @@ static int part_item(const bwd_part *part, int kernel, void *scratch,
     const sdpa_problem *p = &bp->p;
     switch (part->kind) {
     case PART_NO_KEYS:
-        zero_rows(&bp->dq, p->elem_size, p->heads_q, p->len_q, p->dim_k);
+        zero_rows(&bp->dq, sdpa_dtype_size(bp->dq_type), p->heads_q, p->len_q,
+                  p->dim_k);
         return SDPA_OK;
     case PART_NO_ROWS:
-        zero_rows(&bp->dk, p->elem_size, p->heads_kv, p->len_k, p->dim_k);
-        zero_rows(&bp->dv, p->elem_size, p->heads_kv, p->len_k, p->dim_v);
+        zero_rows(&bp->dk, sdpa_dtype_size(bp->dkv_type), p->heads_kv, p->len_k,
+                  p->dim_k);
+        zero_rows(&bp->dv, sdpa_dtype_size(bp->dkv_type), p->heads_kv, p->len_k,
+                  p->dim_v);
         return SDPA_OK;
     default:
         return sdpa_backward_item(p, &part->plan.run, kernel, scratch, item,
@@ -498,7 +523,7 @@ int sdpa_ragged_backward(sdpa_ctx *ctx, const sdpa_backward_args *a)
     status = sdpa_parts_reserve(ctx, WHO, bytes);
     if (status == SDPA_OK)
         status = sdpa_scratch_reserve(ctx, WHO, rp.run.reserve_workers,
-                                      t.worker_bytes, t.turn_bytes);
+                                      t.worker_bytes, t.shared_bytes);
     if (status == SDPA_OK)
         status = sdpa_pool_reserve(ctx, WHO, rp.run.reserve_workers, t.items);
     if (status != SDPA_OK)

@@ -5,6 +5,7 @@
  */
 #include "backward/backward.h"
 #include "backward/dq_order.h"
+#include "core/checked.h"
 #include "forward/key_range.h"
 #include "forward/row_block.h"
 #include "kernels/rows.h"
@@ -48,26 +49,38 @@ static void zero_dbias(const sdpa_bwd_problem *bp)
 double sdpa_backward_sink_gradient(const sdpa_bwd_problem *bp, int64_t h)
 {
     const sdpa_problem *p = &bp->p;
-    const size_t es = p->elem_size;
-    const bool f32 = p->dtype == SDPA_FLOAT32;
+    const size_t out_es = sdpa_dtype_size(p->out_type);
+    const size_t dout_es = sdpa_dtype_size(bp->dout_type);
     double sum = 0;
     for (int64_t b = 0; b < p->batch; b++)
         for (int64_t i = 0; i < p->len_q; i++) {
-            const char *o = sdpa_at(&p->out, es, b, h, i);
-            const char *g = sdpa_at(&bp->dout, es, b, h, i);
-            const char *l = sdpa_at(&p->lse, es, b, h, i);
-            double lse = f32 ? (double)*(const float *)(const void *)l
-                             : *(const double *)(const void *)l;
+            const char *o = sdpa_at(&p->out, out_es, b, h, i);
+            const char *g = sdpa_at(&bp->dout, dout_es, b, h, i);
+            const double lse = sdpa_value_at(
+                sdpa_at(&p->lse, p->elem_size, b, h, i), p->dtype, 0);
             double d = 0;
             for (int64_t c = 0; c < p->dim_v; c++)
-                d += f32 ? (double)((const float *)(const void *)o)[c] *
-                               (double)((const float *)(const void *)g)[c]
-                         : ((const double *)(const void *)o)[c] *
-                               ((const double *)(const void *)g)[c];
+                d += sdpa_value_at(o, p->out_type, c) *
+                     sdpa_value_at(g, bp->dout_type, c);
             if (lse > -INFINITY)
                 sum += exp(p->sinks[h] - lse) * d;
         }
     return -sum;
+}
+
+void sdpa_backward_bind(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl,
+                        void *shared)
+{
+    pl->turns = shared;
+    pl->dq_sum = bp->dq;
+    if (pl->dq_bytes == 0)
+        return;
+    const sdpa_problem *p = &bp->p;
+    const int64_t row = p->dim_k, head = p->len_q * row;
+    size_t turns_rounded = 0;
+    (void)sdpa_round_up_size(pl->turn_bytes, SDPA_ALIGN, &turns_rounded);
+    pl->dq_sum = (sdpa_view){.data = (char *)shared + turns_rounded,
+                             .stride = {p->heads_q * head, head, row, 1}};
 }
 
 int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
