@@ -707,14 +707,16 @@ static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
  * required here), and the context's SDPA_OPT_EMPTY_ROWS must be the same.
  *
  *   dout  [N, Hq, Tq, Dv]   dtype, input
- *   dq    [N, Hq, Tq, Dk]   dtype, written
- *   dk    [N|1, Hkv, Tk, Dk] dtype, written; extent 1 over N exactly when
+ *   dq    [N, Hq, Tq, Dk]   dtype (or grad_dtype), written
+ *   dk    [N|1, Hkv, Tk, Dk] kv_dtype (or grad_dtype), written; extent 1
+ *                           over N exactly when
  *                           k is broadcast over N (extent 1 or stride 0):
  *                           then the sum over the batch items
- *   dv    [N|1, Hkv, Tk, Dv] dtype, written; likewise for v
- *   dbias optional, written, only with a bias: the bias's shape with extent
- *         1 exactly on the dimensions the bias broadcasts (extent 1 or
- *         stride 0), which hold the sum over what they broadcast to; any
+ *   dv    [N|1, Hkv, Tk, Dv] kv_dtype (or grad_dtype), written; likewise
+ *                           for v
+ *   dbias optional, written, in the compute type, only with a bias: the bias's
+ * shape with extent 1 exactly on the dimensions the bias broadcasts (extent 1
+ * or stride 0), which hold the sum over what they broadcast to; any
  *         non-negative strides
  *   dsinks optional, Hq doubles, written, only with sinks
  *
@@ -740,12 +742,15 @@ static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
  * except SDPA_ERR_NONFINITE (a NaN or +inf recomputed logit, or an lse
  * that is NaN, +inf, or -inf for a row that has allowed keys), after which
  * the outputs hold unspecified values. Results are bitwise identical for
- * every SDPA_OPT_NUM_THREADS; the work splits over (batch item, KV head),
- * coarser when k or v is broadcast over N or dbias over N or the heads.
- * With fewer such pairs than workers (and no broadcast gradient, dbias
- * over the keys included) it runs in two passes that split further, dk
- * and dv per key block then dq per query tile: seven products per tile
- * instead of five, spread over the workers, with the same bits.
+ * every SDPA_OPT_NUM_THREADS and the caller's parallel-for: a work item is
+ * one key block of a (batch item, KV head) pair (of every batch item when
+ * k or v is broadcast over N or dbias over N, of every KV head when dbias
+ * is broadcast over the heads; all key blocks when dbias sums over the
+ * keys), and the key blocks add to each query tile's dq in their order,
+ * whichever worker computes them. So a single head spreads over the
+ * workers too, each product computed once. Scratch: O(blocks) per worker
+ * and one 8-byte counter per query tile of each (batch item, head); no
+ * partial dq.
  *
  * Ragged batches (1.2; struct_size 976): seqs, q_offsets and kv_offsets
  * as in sdpa_forward_args, FlashAttention's varlen backward. q, out, lse,
@@ -769,12 +774,30 @@ static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
  * Every sequence is checked as its own call would be (a message about one
  * starts "sdpa_backward: sequence 3: ") and the packed tensors as wholes,
  * before anything is written; then the items of every sequence run in one
- * parallel phase (and a second for the sequences split in two passes),
- * heaviest first. A non-finite value is reported by sequence, head, row
- * of the sequence and packed row. */
+ * parallel phase, heaviest first. A non-finite value is reported by sequence,
+ * head, row of the sequence and packed row.
+ *
+ * Half-precision storage (1.2; struct_size 992), as a bf16 or f16 trainer
+ * holds its activations: dtype may be SDPA_FLOAT16 or SDPA_BFLOAT16, the
+ * storage type of q, out and dout, with kv_dtype (0: dtype) that of k and
+ * v and bias_dtype (0: dtype) that of the bias, under the forward's rules
+ * (any mixture of float32 and the half types, computed in float32; lse is
+ * float32, the compute type, as the forward wrote it). grad_dtype says
+ * where the gradients go: 0 writes dq in q's storage type and dk, dv in
+ * k's, each rounded once to nearest even from its float32 sum (a float16
+ * gradient past 65504 is ±inf, as in a framework's half autograd: what
+ * dynamic loss scaling looks for; not an error); SDPA_FLOAT32 writes all
+ * three in float32. dbias, an optional output, is in the compute type,
+ * as the forward's optional outputs are. The values are those of the
+ * float32 backward on the inputs widened exactly: dq, dk and dv in float32
+ * are the bits of that call (same context), and in a half type those bits
+ * rounded. A half dq sums in float32 in the context first (N · Hq · Tq ·
+ * Dk floats beside the turn counters), a half dk or dv in the workers'
+ * block scratch; q, k, v, out and dout are widened a block at a time. */
 typedef struct sdpa_backward_args {
     size_t struct_size; /* sizeof(sdpa_backward_args) */
-    int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64 */
+    int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64, or (1.2) a half
+                           type: the storage of q, out and dout */
     int causal;         /* SDPA_CAUSAL_* */
     uint32_t flags;     /* SDPA_FLAG_* */
     double scale;       /* 0 = 1/sqrt(Dk) */
@@ -795,6 +818,11 @@ typedef struct sdpa_backward_args {
                                   out, lse, dout and dq (cu_seqlens_q) */
     const int64_t *kv_offsets; /* optional: seqs + 1 offsets of the keys of
                                   packed k, v, dk and dv (cu_seqlens_k) */
+    /* 1.2: half-precision storage (see above) */
+    int kv_dtype;   /* storage type of k and v; 0 = dtype */
+    int bias_dtype; /* storage type of bias; 0 = dtype */
+    int grad_dtype; /* 0: dq, dk, dv in the types of q, k, v; SDPA_FLOAT32:
+                       in float32 */
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif

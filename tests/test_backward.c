@@ -17,10 +17,11 @@
  * (broadcast: dbias sums), soft-cap, windows, ALiBi, sinks (dsinks), both
  * empty-row policies, 1..4 threads, small tiles; float and double; every
  * kernel the CPU has. Also: central finite differences in float64, bitwise
- * identity across thread counts (the split two-pass backward of a single
- * (batch item, KV head) pair included), no allocation on a repeated call,
- * running out of memory at any allocation (the split on the caller's
- * parallel-for included), and errors leaving the outputs untouched.
+ * identity across thread counts and a caller's parallel-for in any task
+ * order (the key blocks of a single (batch item, KV head) pair spread over
+ * the workers included), no allocation on a repeated call, running out of
+ * memory at any allocation (on the caller's parallel-for included), and
+ * errors leaving the outputs untouched.
  *
  * Tolerances, derived from the dtype as tests/test_random.c does (eps =
  * FLT_EPSILON or DBL_EPSILON; L, A, S the logit, ALiBi and sink bounds,
@@ -912,10 +913,10 @@ static void threads_case(cfg *c, uint64_t seed, int dtype, int variant)
     if (variant == 2) /* dbias summed over heads and rows */
         c->bias_b[1] = c->bias_b[2] = 3;
     if (variant >= 3) {
-        /* One (batch item, KV head) pair, a GQA group of 2: on 2 and 3
-         * workers the backward runs split (src/backward/backward.c), dK/dV per
-         * key block then dQ per query tile; dbias full (3), summed over the
-         * rows (4: split too), summed over the keys (5: not split) */
+        /* One (batch item, KV head) pair, a GQA group of 2: its key
+         * blocks spread over the workers and add to dq in turn
+         * (src/backward/dq_order.h); dbias full (3), summed over the rows
+         * (4), summed over the keys (5: one item takes every block) */
         c->N = 1;
         c->Hq = 2;
         c->Hkv = 1;
@@ -964,11 +965,30 @@ static void test_threads_bitwise(void **state)
                     assert_memory_equal(sinks1, s.dsinks + 1,
                                         sizeof(double) * 6);
             }
+            /* a caller's parallel-for: 3 threads, and one thread calling
+             * the tasks last to first (the key blocks' turns must not
+             * depend on the order of the task calls) */
+            for (int order = 0; order < 2; ++order) {
+                sdpa_ctx *pf = tp_ctx(0);
+                set_common(pf, &c);
+                test_pool tp = {.workers = order ? 1 : 3, .reverse = order};
+                assert_int_equal(
+                    sdpa_ctx_set_parallel_for(pf, test_parallel_for, &tp, 3),
+                    SDPA_OK);
+                reset_grads(&s);
+                assert_int_equal(sdpa_backward(pf, &s.ba), SDPA_OK);
+                /* variant 5 is one item: run on the caller's thread */
+                assert_int_equal(atomic_load(&tp.calls), variant != 5);
+                for (int x = 0; x < 4; ++x)
+                    assert_memory_equal(first[x], g[x]->mem,
+                                        g[x]->elems * g[x]->esize);
+                sdpa_ctx_destroy(pf);
+            }
             for (int x = 0; x < 4; ++x)
                 free(first[x]);
             if (variant >= 3) {
                 /* of two failures, every thread count reports the same
-                 * one (split or not, the lowest item's first) */
+                 * one (the lowest item's first) */
                 tset(&s.lse, 0, 1, 3, 0, NAN);
                 tset(&s.lse, 0, 0, 33, 0, NAN);
                 char once[256] = "";
@@ -1017,11 +1037,11 @@ static void test_no_allocation_when_repeated(void **state)
 }
 
 /* ---- Out of memory: the outputs untouched. ---------------------------- */
-/* The split on the caller's parallel-for, its second pass (dQ of 74 query
- * tiles) with more items than its first (3 key blocks): every allocation
- * refused in turn gives SDPA_ERR_OUT_OF_MEMORY with the outputs as they
- * were (the claims of both passes are reserved first), until the call
- * succeeds with the bits of a plain context. */
+/* On the caller's parallel-for, one pair's key blocks over 74 query tiles
+ * (their turn counters and the claims reserved before anything is
+ * written): every allocation refused in turn gives SDPA_ERR_OUT_OF_MEMORY
+ * with the outputs as they were, until the call succeeds with the bits of
+ * a plain context. */
 static void test_out_of_memory_caller_threads(void **state)
 {
     (void)state;
@@ -1123,7 +1143,11 @@ static void test_errors(void **state)
     CASE(SDPA_ERR_NULL_POINTER, "q", a.q.data = NULL);
     CASE(SDPA_ERR_NULL_POINTER, "dbias without bias", a.bias.data = NULL);
     CASE(SDPA_ERR_NULL_POINTER, "dsinks without sinks", a.sinks = NULL);
-    CASE(SDPA_ERR_BAD_DTYPE, "dtype", a.dtype = 3);
+    CASE(SDPA_ERR_BAD_DTYPE, "dtype", a.dtype = 9);
+    CASE(SDPA_ERR_BAD_DTYPE, "kv_dtype", a.kv_dtype = 9);
+    CASE(SDPA_ERR_BAD_DTYPE, "grad_dtype half",
+         a.grad_dtype = SDPA_FLOAT16); /* 0 or SDPA_FLOAT32 only */
+    CASE(SDPA_ERR_BAD_DTYPE, "grad_dtype float64", a.grad_dtype = SDPA_FLOAT64);
     CASE(SDPA_ERR_BAD_SCALE, "scale", a.scale = -1);
     CASE(SDPA_ERR_BAD_SOFTCAP, "softcap", a.softcap = NAN);
     CASE(SDPA_ERR_BAD_CAUSAL, "causal", a.causal = 7);

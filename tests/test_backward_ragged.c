@@ -24,7 +24,7 @@
  * Random configurations (fixed seeds) mix 1..5 sequences of 0, 1 or more
  * query rows and keys, packed and batched keys with kv_lens, both causal
  * anchors, windows, ALiBi, sinks with dsinks, soft-cap, GQA, layouts with
- * padded rows, small tiles (the split backward included) and both
+ * padded rows, small tiles (many key blocks per sequence) and both
  * empty-row policies; float and double.
  */
 #include <setjmp.h>
@@ -754,8 +754,8 @@ static void test_finite_differences(void **state)
 }
 
 /* One long sequence of a single KV head beside short ones, small tiles:
- * on 2 and 3 workers the long one runs split (its items are far coarser
- * than a worker's share), the short ones in one pass. */
+ * the long one's key blocks spread over 2 and 3 workers, adding to its dq
+ * in turn, beside the short ones' items. */
 static void split_case(rcfg *c, int dtype, int packed)
 {
     const int64_t tq[4] = {1, 40, 0, 2}, tk[4] = {3, 45, 7, 1};
@@ -942,7 +942,8 @@ static void test_errors(void **state)
     CASE(SDPA_ERR_SHAPE_MISMATCH, "dv is [2, ., 14, .]", a.dv.shape[0] = 2);
     CASE(SDPA_ERR_SHAPE_MISMATCH, "v.shape[2] is 13", a.v.shape[2] = 13);
     /* each sequence as its own call */
-    CASE(SDPA_ERR_BAD_DTYPE, "dtype 3 is neither", a.dtype = SDPA_FLOAT16);
+    CASE(SDPA_ERR_BAD_DTYPE, "grad_dtype 3 is neither",
+         a.grad_dtype = SDPA_FLOAT16);
     CASE(SDPA_ERR_NULL_POINTER, "lse.data is NULL", a.lse.data = NULL);
     CASE(SDPA_ERR_NULL_POINTER, "dsinks is set but sinks", a.sinks = NULL);
     CASE(SDPA_ERR_NULL_POINTER, "sequence 0: dq.data is NULL",
@@ -1065,9 +1066,9 @@ static void test_errors(void **state)
 /* ---- Memory. ------------------------------------------------------------ */
 
 /* Every allocation of a first call refused in turn (threads, then the
- * caller's parallel-for, whose claims the split's second phase needs
- * more of): SDPA_ERR_OUT_OF_MEMORY with every output untouched, until the
- * call succeeds with the bits of the sequences' own calls. */
+ * caller's parallel-for, with its claims, and the dq turn counters):
+ * SDPA_ERR_OUT_OF_MEMORY with every output untouched, until the call
+ * succeeds with the bits of the sequences' own calls. */
 static void test_out_of_memory(void **state)
 {
     (void)state;

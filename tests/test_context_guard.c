@@ -242,7 +242,8 @@ static void test_backward_allocates_before_writing(void **state)
 {
     (void)state;
     /* the audit's shape: one KV head for sixteen query heads, a full bias,
-     * causal top-left, small blocks: the split plan's two passes */
+     * causal top-left, small blocks: many key blocks adding to dq in
+     * turn */
     rng r = {23};
     test_problem p;
     tp_make(&p, SDPA_FLOAT32, &r, 1.0, 1, 16, 1, 256, 128, 16, 16);

@@ -18,21 +18,22 @@
  *   dQ += scale · dS K_blk         gemm into the caller's dq, in place
  *
  * so the backward costs five gemms where the forward has two. A work item
- * is one (batch item, KV head): it owns the dq rows of the group's heads
- * and the dk, dv rows of its KV head, and sums in a fixed order, so the
- * results are bitwise the same for every thread count. A call with fewer
- * such pairs than workers (shape D: one) runs split instead, in two
- * passes that each spread over the workers: dK and dV per key block, then
- * dQ per query tile, seven gemms per tile pair instead of five. Each tile
- * is computed as in the single pass, in the same order for every output,
- * so the split gives the same bits; with nothing else changing, whether
- * to split may then depend on the worker count. Outputs a broadcast
- * shares are owned by coarser items: with k or v broadcast over N an item
- * spans every batch item (dk, dv sum over them, the batch loop inside the
- * key loop), and likewise with dbias broadcast over N; with dbias
- * broadcast over the heads an item spans every KV head. dsinks, a sum over
- * every row of a head, is a separate pass on the caller's thread (it needs
- * only lse and D).
+ * is one key block of a (batch item, KV head): it owns the block's dk and
+ * dv rows, summed in a fixed order, and adds to the dq of the query tiles
+ * of the group's heads. Those adds are what several items share: they
+ * run in key-block order, each on the tile's turn (dq_order.h), so dq is
+ * summed block 0, 1, 2, ... in place as on one thread, and the results are
+ * bitwise the same for every thread count. So a call with a single head
+ * (shape D) spreads over the workers, with each gemm computed once and no
+ * dq-sized partial per worker; a worker waits only when it reaches a tile
+ * before the worker of the previous block has left it. Outputs a
+ * broadcast shares are owned by coarser items: with k or v broadcast over
+ * N an item spans every batch item (dk, dv sum over them, the batch loop
+ * inside the key loop), and likewise with dbias broadcast over N; with
+ * dbias broadcast over the heads an item spans every KV head, with dbias
+ * summed over the keys it spans every key block. dsinks, a sum over every
+ * row of a head, is a separate pass on the caller's thread (it needs only
+ * lse and D).
  *
  * Causal masks, windows and kv_lens skip the tiles no row sees; with a mask
  * or bias the products run over the runs of live keys (live_keys.c), so the
@@ -62,12 +63,13 @@ int sdpa_backward_call(sdpa_ctx *ctx, const sdpa_backward_args *args)
         status = sdpa_backward_plan(ctx, WHO, &bp, &plan);
     if (status == SDPA_OK)
         status = sdpa_scratch_reserve(ctx, WHO, plan.run.reserve_workers,
-                                      plan.worker_bytes, 0);
+                                      plan.worker_bytes, plan.shared_bytes);
     if (status == SDPA_OK)
         status = sdpa_pool_reserve(ctx, WHO, plan.run.reserve_workers,
-                                   sdpa_backward_most_items(&plan));
+                                   plan.run.work_items);
     if (status != SDPA_OK)
         return status;
+    sdpa_backward_bind(&bp, &plan, ctx->shared.ptr);
     sdpa_where where = {-1, -1, -1};
     status = sdpa_backward_run(ctx, &bp, &plan, &where);
     if (status == SDPA_ERR_NONFINITE)

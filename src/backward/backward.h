@@ -8,6 +8,7 @@
 #include "forward/plan.h"
 #include "runtime/pool.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,28 +20,41 @@
 typedef struct sdpa_bwd_problem {
     sdpa_problem p;
     sdpa_view dout, dq, dk, dv, dbias;
+    /* storage types (SDPA_FLOAT*): dout's (out's), dq's, and dk's and
+     * dv's; dbias is in the compute type p.dtype */
+    int dout_type, dq_type, dkv_type;
     int64_t dbias_shape[4];
     double *dsinks;
     bool k_bcast, v_bcast; /* k / v broadcast over N: dk / dv sum over it */
 } sdpa_bwd_problem;
 
-/* The plan: tiles, who owns what a broadcast shares, the passes, and one
- * worker's scratch. */
+/* The plan: tiles, who owns what a broadcast shares, the work items, and
+ * one worker's scratch. */
 typedef struct sdpa_bwd_plan {
     sdpa_plan run; /* what sdpa_run_items reads (threads, work_items): first,
                       so that a work item, handed &plan->run, finds the
                       rest */
     int64_t item_batches; /* batch items per work item: 1 or N */
     int64_t item_heads;   /* KV heads per work item: 1 or Hkv */
+    int64_t item_blocks;  /* key blocks per work item: 1, or all of them
+                             when dbias sums over the keys */
+    int64_t groups;       /* the (batch items, KV heads) sets of the items */
     int64_t block_q, block_k, score_ld;
     int64_t key_blocks;  /* ceil(Tk / block_k) */
     int64_t query_tiles; /* ceil(Tq / block_q) */
-    bool split;          /* two passes: dK and dV per key block, then dQ per
-                            query tile (backward.c) */
-    int64_t kv_items, q_items; /* the passes' items */
-    /* byte offsets of one worker's scratch regions */
+    /* dq_order.h: a turn counter per query tile of each (batch item,
+     * head), N · Hq · query_tiles of them, set before the run */
+    atomic_llong *turns;
+    int64_t turn_count;
+    /* where dq sums: the caller's dq, or with dq in a half type a float32
+     * [N, Hq, Tq, Dk] array after the turns (dq_bytes), rounded into dq
+     * once a tile's last key block has added to it */
+    sdpa_view dq_sum;
+    size_t turn_bytes, dq_bytes, shared_bytes;
+    /* byte offsets of one worker's scratch regions (q, dout, k and v
+     * widened: their blocks when stored in another type than T) */
     size_t off_s, off_dp, off_dk, off_dv, off_d, off_t, off_mask, off_bias,
-        off_live, off_range;
+        off_live, off_range, off_q, off_do, off_k, off_v;
     size_t worker_bytes;
 } sdpa_bwd_plan;
 
@@ -76,22 +90,22 @@ int sdpa_backward_plan(sdpa_ctx *ctx, const char *who,
 bool sdpa_backward_blas_owns_cores(const sdpa_bwd_problem *bp,
                                    const sdpa_bwd_plan *plan);
 
-/* Runs the plan on reserved scratch and workers: dbias zeroed, the work
- * items, then dsinks. SDPA_ERR_NONFINITE with *where. */
+/* Places the plan's shared_bytes (its turn counters, then a half dq's
+ * float32 sums) at `shared`, SDPA_ALIGN-aligned: ctx->shared for a call of
+ * its own. */
+void sdpa_backward_bind(const sdpa_bwd_problem *bp, sdpa_bwd_plan *plan,
+                        void *shared);
+
+/* Runs the bound plan on reserved scratch and workers: dbias zeroed, the
+ * work items, then dsinks. SDPA_ERR_NONFINITE with *where. */
 int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
                       sdpa_bwd_plan *plan, sdpa_where *where);
 
-/* The work items of sdpa_backward_run, handed &bp->p and &plan->run: the
- * single pass's (one per (batch item, KV head) pair of the plan), and the
- * split's two passes' (dK, dV per key block; dQ per query tile). */
+/* The work items of sdpa_backward_run, handed &bp->p and &plan->run: item
+ * (set · blocks per set + block) computes one key block (or all) of a set
+ * of (batch item, KV head) pairs. */
 int sdpa_backward_item(const sdpa_problem *p, const sdpa_plan *plan, int kernel,
                        void *scratch, int64_t item, sdpa_where *where);
-int sdpa_backward_kv_item(const sdpa_problem *p, const sdpa_plan *plan,
-                          int kernel, void *scratch, int64_t item,
-                          sdpa_where *where);
-int sdpa_backward_q_item(const sdpa_problem *p, const sdpa_plan *plan,
-                         int kernel, void *scratch, int64_t item,
-                         sdpa_where *where);
 
 /* dsinks[h] of a validated call (sdpa_backward_run writes it): a sum in
  * double over the call's rows in order. */
@@ -104,14 +118,6 @@ int sdpa_ragged_backward(sdpa_ctx *ctx, const sdpa_backward_args *args);
 static inline bool sdpa_backward_is_ragged(const sdpa_backward_args *a)
 {
     return a->seqs != 0 || a->q_offsets || a->kv_offsets;
-}
-
-/* The most items of any pass of the plan. */
-static inline int64_t sdpa_backward_most_items(const sdpa_bwd_plan *plan)
-{
-    int64_t most = plan->run.work_items;
-    most = plan->kv_items > most ? plan->kv_items : most;
-    return plan->q_items > most ? plan->q_items : most;
 }
 
 /* sdpa_backward inside a call already in progress on ctx (sdpa_enter):

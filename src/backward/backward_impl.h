@@ -1,21 +1,24 @@
 /* The backward pass for one dtype (T/SUF, GEMM = cblas_?gemm); see
- * backward.c for the scheme. One work item is a set of (batch item, KV
- * head) pairs (sdpa_bwd_plan: one pair unless a broadcast makes their
- * outputs shared); for each of its key blocks, every query tile of every
- * head of the group that sees the block runs through NAME(backward_tile). */
+ * backward.c for the scheme. One work item is a key block (or all of
+ * them) of a set of (batch item, KV head) pairs (sdpa_bwd_plan: one pair
+ * unless a broadcast makes their outputs shared); every query tile of
+ * every head of the group runs through NAME(backward_tile) against it. */
 #include "paths/row_terms_impl.h"
 
 /* Copies a key block's accumulated gradient (bk rows of d values, packed)
- * into rows kb.. of a dk or dv view, and zeroes the accumulator. */
-static void NAME(store_block)(const sdpa_view *view, int64_t b, int64_t hk,
-                              int64_t kb, int64_t bk, int64_t d, T *acc)
+ * into rows kb.. of a dk or dv view of storage type `type` (rounded once
+ * when it is a half type), and zeroes the accumulator. */
+static void NAME(store_block)(const sdpa_view *view, int type,
+                              const NAME(sdpa_row_kernels) * rk, int64_t b,
+                              int64_t hk, int64_t kb, int64_t bk, int64_t d,
+                              T *acc)
 {
+    const size_t es = sdpa_dtype_size(type);
     for (int64_t j = 0; j < bk; j++) {
-        T *dst = AT(view, b, hk, kb + j);
-        for (int64_t c = 0; c < d; c++) {
-            dst[c] = acc[j * d + c];
+        char *dst = sdpa_at(view, es, b, hk, kb + j);
+        rk->narrow(acc + j * d, type, dst, d);
+        for (int64_t c = 0; c < d; c++)
             acc[j * d + c] = 0;
-        }
     }
 }
 
@@ -84,11 +87,33 @@ static inline bool NAME(tile_keys)(const sdpa_bwd_problem *bp,
     return true;
 }
 
+/* Rows [row, row + m) of head h of a [N, H, T, d] view of storage type
+ * `type` as T rows the BLAS reads: the caller's own, or widened into dst
+ * (d values a row). */
+static inline const T *NAME(blas_rows)(const sdpa_view *view, int type,
+                                       const NAME(sdpa_row_kernels) * rk,
+                                       int64_t b, int64_t h, int64_t row,
+                                       int64_t m, int64_t d, T *dst,
+                                       int64_t *ld)
+{
+    if (type == SDPA_DTYPE_OF_T) {
+        *ld = sdpa_row_stride(view, d);
+        return AT(view, b, h, row);
+    }
+    const size_t es = sdpa_dtype_size(type);
+    for (int64_t r = 0; r < m; r++)
+        rk->widen(sdpa_at(view, es, b, h, row + r), type, dst + r * d, d);
+    *ld = d;
+    return dst;
+}
+
 /* The scratch regions and the operands' rows of the tile's active rows
- * and keys. */
+ * and keys, widened where they are stored in another type (K and V only
+ * on the live runs: the rows no row sees are never read). */
 static inline void NAME(tile_operands)(const sdpa_bwd_problem *bp,
-                                       const sdpa_bwd_plan *pl, char *scratch,
-                                       NAME(bwd_tile) * t)
+                                       const sdpa_bwd_plan *pl,
+                                       const NAME(sdpa_row_kernels) * rk,
+                                       char *scratch, NAME(bwd_tile) * t)
 {
     const sdpa_problem *p = &bp->p;
     const int64_t dk = p->dim_k, dv = p->dim_v;
@@ -99,16 +124,32 @@ static inline void NAME(tile_operands)(const sdpa_bwd_problem *bp,
     t->dvec = (T *)(void *)(scratch + pl->off_d);
     t->dk_acc = (T *)(void *)(scratch + pl->off_dk) + (t->klo - t->kb) * dk;
     t->dv_acc = (T *)(void *)(scratch + pl->off_dv) + (t->klo - t->kb) * dv;
-    t->q = AT(&p->q, b, h, row);
-    t->dout = AT(&bp->dout, b, h, row);
-    t->dq = AT(&bp->dq, b, h, row);
-    t->k = AT(&p->k, b, hk, t->klo);
-    t->v = AT(&p->v, b, hk, t->klo);
-    t->q_ld = sdpa_row_stride(&p->q, dk);
-    t->do_ld = sdpa_row_stride(&bp->dout, dv);
-    t->dq_ld = sdpa_row_stride(&bp->dq, dk);
-    t->k_ld = sdpa_row_stride(&p->k, dk);
-    t->v_ld = sdpa_row_stride(&p->v, dv);
+    t->q = NAME(blas_rows)(&p->q, p->q_type, rk, b, h, row, t->m, dk,
+                           (T *)(void *)(scratch + pl->off_q), &t->q_ld);
+    t->dout = NAME(blas_rows)(&bp->dout, bp->dout_type, rk, b, h, row, t->m, dv,
+                              (T *)(void *)(scratch + pl->off_do), &t->do_ld);
+    t->dq = AT(&pl->dq_sum, b, h, row);
+    t->dq_ld = sdpa_row_stride(&pl->dq_sum, dk);
+    if (!sdpa_kv_staged(p)) {
+        t->k = AT(&p->k, b, hk, t->klo);
+        t->v = AT(&p->v, b, hk, t->klo);
+        t->k_ld = sdpa_row_stride(&p->k, dk);
+        t->v_ld = sdpa_row_stride(&p->v, dv);
+        return;
+    }
+    T *k = (T *)(void *)(scratch + pl->off_k);
+    T *v = (T *)(void *)(scratch + pl->off_v);
+    for (int64_t j0 = 0, j1 = 0;
+         sdpa_live_run(t->live, t->live_count, t->nk, &j0, &j1); j0 = j1) {
+        NAME(stage_kv_rows)
+        (p, &p->k, dk, b, hk, t->klo + j0, j1 - j0, k + j0 * dk, rk);
+        NAME(stage_kv_rows)
+        (p, &p->v, dv, b, hk, t->klo + j0, j1 - j0, v + j0 * dv, rk);
+    }
+    t->k = k;
+    t->v = v;
+    t->k_ld = dk;
+    t->v_ld = dv;
 }
 
 /* S = scale · Q Kᵀ and dP = dO Vᵀ over the live runs. */
@@ -153,11 +194,18 @@ static inline int NAME(tile_row)(const sdpa_bwd_problem *bp,
     const int64_t i = t->i0 + t->a0 + r, dv = p->dim_v;
     const T cap = (T)p->softcap;
     T *capped = (T *)(void *)(scratch + pl->off_t);
-    const T *o_row = AT(&p->out, b, h, i);
     const T *do_row = t->dout + r * t->do_ld;
     T d_i = 0;
-    for (int64_t c = 0; c < dv; c++)
-        d_i += do_row[c] * o_row[c];
+    if (p->out_type == SDPA_DTYPE_OF_T) {
+        const T *o_row = AT(&p->out, b, h, i);
+        for (int64_t c = 0; c < dv; c++)
+            d_i += do_row[c] * o_row[c];
+    } else { /* out widened exactly, in the same order */
+        const char *o_row =
+            sdpa_at(&p->out, sdpa_dtype_size(p->out_type), b, h, i);
+        for (int64_t c = 0; c < dv; c++)
+            d_i += do_row[c] * (T)sdpa_value_at(o_row, p->out_type, c);
+    }
     t->dvec[r] = d_i;
 
     T *x = t->s + r * t->ld, *g = t->dp + r * t->ld;
@@ -252,49 +300,62 @@ static inline void NAME(tile_products)(const sdpa_problem *p,
 }
 
 /* One query tile (rows i0 .. i0 + rows - 1 of head h) against the key block
- * [kb, kb + bk) of KV head hk: recompute S and P, then
+ * [kb, kb + bk) of KV head hk, block number kbi: recompute S and P, then
  *   dV_blk += Pᵀ dO,  dP = dO V_blkᵀ,  dS = P ∘ (dP − D) (∘ the soft-cap's
- *   derivative),  dK_blk += scale · dSᵀ Q,  dQ += scale · dS K_blk,
+ *   derivative),  dK_blk += scale · dSᵀ Q,
  * every product over the runs of live keys only (keys no row of the tile
- * may see are never read). `parts` (BWD_KV, BWD_Q or both) says which
- * gradients it adds to: dV, dK and dbias, or dQ; S, P, dP and dS are the
- * same bits either way. */
-static int NAME(backward_tile)(const sdpa_bwd_problem *bp,
-                               const sdpa_bwd_plan *pl,
-                               const NAME(sdpa_row_kernels) * rk, char *scratch,
-                               int64_t b, int64_t h, int64_t hk, int64_t i0,
-                               int64_t rows, int64_t kb, int64_t bk,
-                               unsigned parts, sdpa_where *where)
+ * may see are never read); then, on the tile's turn (dq_order.h),
+ * dQ += scale · dS K_blk (block 0 first zeroes the tile's dq rows). With
+ * `sees` false or after an error (*status not SDPA_OK) it only takes and
+ * hands on the turn: the blocks after it must not wait for it forever.
+ * The first failure is kept in *status and *where. */
+static void NAME(backward_tile)(const sdpa_bwd_problem *bp,
+                                const sdpa_bwd_plan *pl,
+                                const NAME(sdpa_row_kernels) * rk,
+                                char *scratch, int64_t b, int64_t h, int64_t hk,
+                                int64_t i0, int64_t rows, int64_t kbi,
+                                bool sees, int *status, sdpa_where *where)
 {
-    NAME(bwd_tile)
-    t = {.b = b, .h = h, .hk = hk, .i0 = i0, .rows = rows, .kb = kb, .bk = bk};
-    if (!NAME(tile_keys)(bp, pl, scratch, &t))
-        return SDPA_OK;
-    NAME(tile_operands)(bp, pl, scratch, &t);
-    NAME(tile_scores)(&bp->p, &t);
-    for (int64_t r = 0; r < t.m; r++) {
-        int status = NAME(tile_row)(bp, pl, rk, scratch, &t, r, parts, where);
-        if (status != SDPA_OK)
-            return status;
-    }
-    NAME(tile_products)(&bp->p, &t, parts);
-    return SDPA_OK;
-}
-
-/* Rows in query tile i0 (of any head). */
-static int64_t NAME(tile_rows)(const sdpa_bwd_problem *bp,
-                               const sdpa_bwd_plan *pl, int64_t i0)
-{
-    const int64_t left = bp->p.len_q - i0;
-    return left < pl->block_q ? left : pl->block_q;
-}
-
-/* Keys in key block kb. */
-static int64_t NAME(block_keys)(const sdpa_bwd_problem *bp,
-                                const sdpa_bwd_plan *pl, int64_t kb)
-{
+    const int64_t kb = kbi * pl->block_k;
     const int64_t left = bp->p.len_k - kb;
-    return left < pl->block_k ? left : pl->block_k;
+    NAME(bwd_tile)
+    t = {.b = b,
+         .h = h,
+         .hk = hk,
+         .i0 = i0,
+         .rows = rows,
+         .kb = kb,
+         .bk = left < pl->block_k ? left : pl->block_k};
+    bool active =
+        sees && *status == SDPA_OK && NAME(tile_keys)(bp, pl, scratch, &t);
+    if (active) {
+        NAME(tile_operands)(bp, pl, rk, scratch, &t);
+        NAME(tile_scores)(&bp->p, &t);
+        for (int64_t r = 0; r < t.m && *status == SDPA_OK; r++)
+            *status = NAME(tile_row)(bp, pl, rk, scratch, &t, r, BWD_KV | BWD_Q,
+                                     where);
+        active = *status == SDPA_OK;
+        if (active)
+            NAME(tile_products)(&bp->p, &t, BWD_KV);
+    }
+    atomic_llong *turn = &pl->turns[(b * bp->p.heads_q + h) * pl->query_tiles +
+                                    i0 / pl->block_q];
+    const int64_t dk = bp->p.dim_k;
+    sdpa_dq_wait(turn, kbi);
+    if (kbi == 0)
+        for (int64_t i = i0; i < i0 + rows; i++) {
+            T *row = AT(&pl->dq_sum, b, h, i);
+            for (int64_t c = 0; c < dk; c++)
+                row[c] = 0;
+        }
+    if (active)
+        NAME(tile_products)(&bp->p, &t, BWD_Q);
+    if (pl->dq_bytes && kbi == pl->key_blocks - 1) /* a half dq, summed */
+        for (int64_t i = i0; i < i0 + rows; i++)
+            rk->narrow(AT(&pl->dq_sum, b, h, i), bp->dq_type,
+                       sdpa_at(&bp->dq, sdpa_dtype_size(bp->dq_type), b, h, i),
+                       dk);
+    sdpa_dq_pass(turn, kbi);
 }
 
 /* Whether query tile i0 of batch item b sees key block [kb, kb + bk) at
@@ -307,6 +368,12 @@ static bool NAME(tile_sees)(const sdpa_problem *p, int64_t b, int64_t i0,
            sdpa_key_start(p, b, i0) < kb + bk;
 }
 
+/* Work item (set · blocks per set + chunk): key blocks [chunk ·
+ * item_blocks, + item_blocks) of the set's (batch item, KV head) pairs
+ * (plan.c). For each block, dK and dV accumulate in scratch over every
+ * query tile of every head of the group (and, with k or v broadcast over
+ * N, every batch item: the batch loop runs inside the key loop), then are
+ * stored; each tile adds its dQ on its turn. */
 static int NAME(backward_item)(const sdpa_problem *problem,
                                const sdpa_plan *plan, int kernel, void *scratch,
                                int64_t item, sdpa_where *where)
@@ -316,32 +383,27 @@ static int NAME(backward_item)(const sdpa_problem *problem,
     const sdpa_bwd_plan *pl = (const sdpa_bwd_plan *)(const void *)plan;
     const sdpa_problem *p = &bp->p;
     const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
-    const int64_t head_items = p->heads_kv / pl->item_heads;
-    const int64_t hk0 = item % head_items * pl->item_heads;
-    const int64_t b0 = item / head_items * pl->item_batches;
+    const int64_t chunks = pl->key_blocks / pl->item_blocks;
+    const int64_t set = item / chunks;
+    const int64_t kb_first = item % chunks * pl->item_blocks;
+    const int64_t head_sets = p->heads_kv / pl->item_heads;
+    const int64_t hk0 = set % head_sets * pl->item_heads;
+    const int64_t b0 = set / head_sets * pl->item_batches;
     const int64_t dk = p->dim_k, dv = p->dim_v;
     T *dk_acc = (T *)(void *)((char *)scratch + pl->off_dk);
     T *dv_acc = (T *)(void *)((char *)scratch + pl->off_dv);
 
-    /* dq is accumulated in place, key block by key block */
-    for (int64_t b = b0; b < b0 + pl->item_batches; b++)
-        for (int64_t h = hk0 * p->group; h < (hk0 + pl->item_heads) * p->group;
-             h++)
-            for (int64_t i = 0; i < p->len_q; i++) {
-                T *row = AT(&bp->dq, b, h, i);
-                for (int64_t c = 0; c < dk; c++)
-                    row[c] = 0;
-            }
-
-    /* With k or v broadcast over N, one key block's dK (dV) sums over
-     * every batch item: the batch loop runs inside the key loop. */
     const bool shared = bp->k_bcast || bp->v_bcast;
     const int64_t outer = shared ? 1 : pl->item_batches;
     const int64_t inner = shared ? pl->item_batches : 1;
+    int status = SDPA_OK;
     for (int64_t hk = hk0; hk < hk0 + pl->item_heads; hk++)
         for (int64_t bo = 0; bo < outer; bo++)
-            for (int64_t kb = 0; kb < p->len_k; kb += pl->block_k) {
-                int64_t bk = NAME(block_keys)(bp, pl, kb);
+            for (int64_t kbi = kb_first; kbi < kb_first + pl->item_blocks;
+                 kbi++) {
+                const int64_t kb = kbi * pl->block_k;
+                const int64_t left = p->len_k - kb;
+                const int64_t bk = left < pl->block_k ? left : pl->block_k;
                 for (int64_t x = 0; x < bk * dk; x++)
                     dk_acc[x] = 0;
                 for (int64_t x = 0; x < bk * dv; x++)
@@ -351,102 +413,29 @@ static int NAME(backward_item)(const sdpa_problem *problem,
                     for (int64_t h = hk * p->group; h < (hk + 1) * p->group;
                          h++)
                         for (int64_t i0 = 0; i0 < p->len_q; i0 += pl->block_q) {
-                            int64_t rows = NAME(tile_rows)(bp, pl, i0);
-                            if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
-                                continue;
-                            int status = NAME(backward_tile)(
-                                bp, pl, rk, scratch, b, h, hk, i0, rows, kb, bk,
-                                BWD_KV | BWD_Q, where);
-                            if (status != SDPA_OK)
-                                return status;
+                            const int64_t rows = p->len_q - i0 < pl->block_q
+                                                     ? p->len_q - i0
+                                                     : pl->block_q;
+                            const bool sees =
+                                NAME(tile_sees)(p, b, i0, rows, kb, bk);
+                            NAME(backward_tile)
+                            (bp, pl, rk, scratch, b, h, hk, i0, rows, kbi, sees,
+                             &status, where);
                         }
                     if (shared && !bp->k_bcast)
-                        NAME(store_block)(&bp->dk, b, hk, kb, bk, dk, dk_acc);
+                        NAME(store_block)
+                    (&bp->dk, bp->dkv_type, rk, b, hk, kb, bk, dk, dk_acc);
                     if (shared && !bp->v_bcast)
-                        NAME(store_block)(&bp->dv, b, hk, kb, bk, dv, dv_acc);
+                        NAME(store_block)
+                    (&bp->dv, bp->dkv_type, rk, b, hk, kb, bk, dv, dv_acc);
                 }
                 int64_t b = b0 + bo; /* the item's batch (0 when shared) */
                 if (!shared || bp->k_bcast)
-                    NAME(store_block)(&bp->dk, b, hk, kb, bk, dk, dk_acc);
+                    NAME(store_block)
+                (&bp->dk, bp->dkv_type, rk, b, hk, kb, bk, dk, dk_acc);
                 if (!shared || bp->v_bcast)
-                    NAME(store_block)(&bp->dv, b, hk, kb, bk, dv, dv_acc);
+                    NAME(store_block)
+                (&bp->dv, bp->dkv_type, rk, b, hk, kb, bk, dv, dv_acc);
             }
-    return SDPA_OK;
-}
-
-/* The split backward (plan.c, sdpa_bwd_plan.split), for calls with fewer
- * (batch item, KV head) pairs than workers and no broadcast gradient:
- * the tiles of backward_item in two passes that each spread over the
- * workers. Every tile runs with the same inputs in the same order as in
- * backward_item, so every gradient is bitwise the same.
- *
- * Pass 1, item (b · Hkv + KV head) · key blocks + block: dV, dK (and
- * dbias) of one key block, from every query tile of the group's heads. */
-static int NAME(backward_kv_item)(const sdpa_problem *problem,
-                                  const sdpa_plan *plan, int kernel,
-                                  void *scratch, int64_t item,
-                                  sdpa_where *where)
-{
-    const sdpa_bwd_problem *bp =
-        (const sdpa_bwd_problem *)(const void *)problem;
-    const sdpa_bwd_plan *pl = (const sdpa_bwd_plan *)(const void *)plan;
-    const sdpa_problem *p = &bp->p;
-    const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
-    const int64_t pair = item / pl->key_blocks;
-    const int64_t hk = pair % p->heads_kv, b = pair / p->heads_kv;
-    const int64_t kb = item % pl->key_blocks * pl->block_k;
-    const int64_t bk = NAME(block_keys)(bp, pl, kb);
-    const int64_t dk = p->dim_k, dv = p->dim_v;
-    T *dk_acc = (T *)(void *)((char *)scratch + pl->off_dk);
-    T *dv_acc = (T *)(void *)((char *)scratch + pl->off_dv);
-    for (int64_t x = 0; x < bk * dk; x++)
-        dk_acc[x] = 0;
-    for (int64_t x = 0; x < bk * dv; x++)
-        dv_acc[x] = 0;
-    for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
-        for (int64_t i0 = 0; i0 < p->len_q; i0 += pl->block_q) {
-            int64_t rows = NAME(tile_rows)(bp, pl, i0);
-            if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
-                continue;
-            int status = NAME(backward_tile)(bp, pl, rk, scratch, b, h, hk, i0,
-                                             rows, kb, bk, BWD_KV, where);
-            if (status != SDPA_OK)
-                return status;
-        }
-    NAME(store_block)(&bp->dk, b, hk, kb, bk, dk, dk_acc);
-    NAME(store_block)(&bp->dv, b, hk, kb, bk, dv, dv_acc);
-    return SDPA_OK;
-}
-
-/* Pass 2, item (b · Hq + head) · query tiles + tile: dQ of one query tile,
- * from every key block in order. */
-static int NAME(backward_q_item)(const sdpa_problem *problem,
-                                 const sdpa_plan *plan, int kernel,
-                                 void *scratch, int64_t item, sdpa_where *where)
-{
-    const sdpa_bwd_problem *bp =
-        (const sdpa_bwd_problem *)(const void *)problem;
-    const sdpa_bwd_plan *pl = (const sdpa_bwd_plan *)(const void *)plan;
-    const sdpa_problem *p = &bp->p;
-    const NAME(sdpa_row_kernels) *rk = NAME(sdpa_row_kernels_select)(kernel);
-    const int64_t pair = item / pl->query_tiles;
-    const int64_t h = pair % p->heads_q, b = pair / p->heads_q;
-    const int64_t hk = h / p->group;
-    const int64_t i0 = item % pl->query_tiles * pl->block_q;
-    const int64_t rows = NAME(tile_rows)(bp, pl, i0);
-    for (int64_t i = i0; i < i0 + rows; i++) {
-        T *row = AT(&bp->dq, b, h, i);
-        for (int64_t c = 0; c < p->dim_k; c++)
-            row[c] = 0;
-    }
-    for (int64_t kb = 0; kb < p->len_k; kb += pl->block_k) {
-        int64_t bk = NAME(block_keys)(bp, pl, kb);
-        if (!NAME(tile_sees)(p, b, i0, rows, kb, bk))
-            continue;
-        int status = NAME(backward_tile)(bp, pl, rk, scratch, b, h, hk, i0,
-                                         rows, kb, bk, BWD_Q, where);
-        if (status != SDPA_OK)
-            return status;
-    }
-    return SDPA_OK;
+    return status;
 }

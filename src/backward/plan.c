@@ -1,7 +1,8 @@
 /*
  * sdpa_backward's plan: the tiles, which work item owns what a broadcast
- * shares, whether the call runs in one pass or split in two (backward.c
- * says why), the workers, and the layout of one worker's scratch.
+ * shares, the work items (key blocks of (batch item, KV head) sets;
+ * backward.c says why), the workers, the dQ turn counters (dq_order.h)
+ * and the layout of one worker's scratch.
  */
 #include "backward/backward.h"
 #include "core/checked.h"
@@ -55,15 +56,17 @@ static bool plan_tiles(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
 static bool plan_scratch(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl)
 {
     const sdpa_problem *p = &bp->p;
-    enum { REGIONS = 10 };
+    enum { REGIONS = 14 };
     const size_t es = p->elem_size;
     const size_t q = (size_t)pl->block_q, k = (size_t)pl->block_k;
     const size_t ld = (size_t)pl->score_ld;
     const size_t dk = (size_t)p->dim_k, dv = (size_t)p->dim_v;
-    size_t s_count, dk_count, dv_count;
+    size_t s_count, dk_count, dv_count, qk_count, qv_count;
     if (!sdpa_mul_size(q, ld, &s_count) || !sdpa_mul_size(k, dk, &dk_count) ||
-        !sdpa_mul_size(k, dv, &dv_count))
+        !sdpa_mul_size(k, dv, &dv_count) || !sdpa_mul_size(q, dk, &qk_count) ||
+        !sdpa_mul_size(q, dv, &qv_count))
         return false;
+    const bool kv_staged = sdpa_kv_staged(p);
     const size_t counts[REGIONS] = {
         s_count,
         s_count,
@@ -74,13 +77,17 @@ static bool plan_scratch(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl)
         p->mask.data && p->mask.stride[3] != 1 ? k : 0,
         p->bias.data && p->bias.stride[3] != 1 ? k : 0,
         p->mask.data || p->bias.data ? k : 0,
-        2 * q};
-    const size_t sizes[REGIONS] = {es, es, es, es, es,
-                                   es, 1,  es, 1,  sizeof(int64_t)};
+        2 * q,
+        sdpa_q_staged(p) ? qk_count : 0,
+        bp->dout_type != p->dtype ? qv_count : 0,
+        kv_staged ? dk_count : 0,
+        kv_staged ? dv_count : 0};
+    const size_t sizes[REGIONS] = {
+        es, es, es, es, es, es, 1, es, 1, sizeof(int64_t), es, es, es, es};
     size_t *const offsets[REGIONS] = {
-        &pl->off_s,    &pl->off_dp,   &pl->off_dk,   &pl->off_dv,
-        &pl->off_d,    &pl->off_t,    &pl->off_mask, &pl->off_bias,
-        &pl->off_live, &pl->off_range};
+        &pl->off_s, &pl->off_dp,   &pl->off_dk,   &pl->off_dv,   &pl->off_d,
+        &pl->off_t, &pl->off_mask, &pl->off_bias, &pl->off_live, &pl->off_range,
+        &pl->off_q, &pl->off_do,   &pl->off_k,    &pl->off_v};
     return sdpa_place_regions(REGIONS, counts, sizes, offsets, SDPA_ALIGN,
                               &pl->worker_bytes);
 }
@@ -97,55 +104,51 @@ bool sdpa_backward_blas_owns_cores(const sdpa_bwd_problem *bp,
                SDPA_BLAS_SERIAL_MNK;
 }
 
-/* One pass or two, and the workers. Split where it takes less time,
- * counting gemms per (tile, key block) in rounds of `budget` workers: a
- * pair's W of them cost 5W in one item; split, a key block's item costs
- * 4W/blocks and a tile's 3W/tiles. Only without a broadcast gradient that
- * items of the split would share: dk, dv or dbias over N and dbias over
- * the heads (whose single-pass items span several pairs), dbias over the
- * keys (which the key blocks would share). The pass items cannot
- * overflow: at most the elements of K and of Q, which validation bounds. */
-static void plan_passes(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
-                        sdpa_bwd_plan *pl)
+/* The work items and the workers. An item is one key block of a set of
+ * (batch item, KV head) pairs: it owns the block's dk and dv rows (and
+ * its dbias columns) and adds to the dq of every query tile that sees the
+ * block, in turn (dq_order.h). So a call spreads over the workers even
+ * with a single head (shape D), and every gemm of the tiles runs once.
+ * With dbias summed over the keys, one item takes all of a set's blocks:
+ * their dbias terms would meet in one element. The item count cannot
+ * overflow: at most the elements of K, which validation bounds. */
+static bool plan_work(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
+                      sdpa_bwd_plan *pl)
 {
     const sdpa_problem *p = &bp->p;
     sdpa_plan *run = &pl->run;
-    run->work_items = p->batch / pl->item_batches *
-                      (p->heads_kv / pl->item_heads); /* <= N · Hkv */
+    const bool dbias_keys =
+        bp->dbias.data && bp->dbias_shape[3] == 1 && p->len_k > 1;
+    pl->item_blocks = dbias_keys ? pl->key_blocks : 1;
+    pl->groups = p->batch / pl->item_batches * (p->heads_kv / pl->item_heads);
+    run->work_items = pl->groups * (pl->key_blocks / pl->item_blocks);
     int64_t budget = sdpa_thread_budget(ctx);
     if (sdpa_backward_blas_owns_cores(bp, pl))
         budget = 1;
-    const bool dbias_keys =
-        bp->dbias.data && bp->dbias_shape[3] == 1 && p->len_k > 1;
-    const int64_t pairs = run->work_items;
-    pl->kv_items = pairs * pl->key_blocks;
-    pl->q_items = p->batch * p->heads_q * pl->query_tiles;
-    const double tiles = (double)(p->group * pl->query_tiles);
-    const double one_pass = 5.0 * (double)((pairs + budget - 1) / budget);
-    const double two_passes =
-        4.0 * (double)((pl->kv_items + budget - 1) / budget) /
-            (double)pl->key_blocks +
-        3.0 * (double)((pl->q_items + budget - 1) / budget) / tiles;
-    pl->split = budget > 1 && pl->item_batches == 1 && pl->item_heads == 1 &&
-                !dbias_keys && two_passes < one_pass;
-    /* workers for the most items of a pass; each pass takes its own */
-    run->threads = (int)min64(
-        budget, pl->split
-                    ? (pl->kv_items > pl->q_items ? pl->kv_items : pl->q_items)
-                    : run->work_items);
+    run->threads = (int)min64(budget, run->work_items);
     run->reserve_workers =
         ctx->parallel_for ? ctx->parallel_workers : run->threads;
+    pl->turn_count = p->batch * p->heads_q * pl->query_tiles;
+    size_t dq_count = 0, turns_rounded;
+    return sdpa_mul_size((size_t)pl->turn_count, sizeof(atomic_llong),
+                         &pl->turn_bytes) &&
+           sdpa_round_up_size(pl->turn_bytes, SDPA_ALIGN, &turns_rounded) &&
+           (bp->dq_type == p->dtype ||
+            (sdpa_mul_size((size_t)(p->batch * p->heads_q * p->len_q),
+                           (size_t)p->dim_k, &dq_count) &&
+             sdpa_mul_size(dq_count, p->elem_size, &pl->dq_bytes))) &&
+           sdpa_add_size(turns_rounded, pl->dq_bytes, &pl->shared_bytes);
 }
 
 int sdpa_backward_plan(sdpa_ctx *ctx, const char *who,
                        const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl)
 {
     *pl = (sdpa_bwd_plan){0};
-    if (!plan_tiles(ctx, bp, pl) || !plan_scratch(bp, pl))
+    if (!plan_tiles(ctx, bp, pl) || !plan_scratch(bp, pl) ||
+        !plan_work(ctx, bp, pl))
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
                          "%s: the scratch of this call's blocks overflows a "
                          "size",
                          who);
-    plan_passes(ctx, bp, pl);
     return SDPA_OK;
 }

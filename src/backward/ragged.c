@@ -3,10 +3,10 @@
  * validated and planned as the rectangular backward of its own views
  * (forward/ragged.c slices them: dout and dq like q, dk and dv like k),
  * and the items of all their plans run in one parallel phase, heaviest
- * first, then the second pass of the sequences that run split (their dQ
- * per query tile). Each item is computed as in the sequence's own call:
- * its bits depend neither on the other sequences nor on the order or the
- * thread count, and single pass or split give the same bits (backward.c).
+ * sequences first, each with its own dQ turn counters (dq_order.h) in the
+ * context's shared buffer. Each item is computed as in the sequence's own
+ * call: its bits depend neither on the other sequences nor on the order
+ * or the thread count (backward.c).
  *
  * Two kinds of sequence have no call of their own, yet every key of every
  * sequence gets its gradient: one with query rows but no packed keys
@@ -17,6 +17,7 @@
  * values in sequence order on the caller's thread.
  */
 #include "backward/backward.h"
+#include "backward/dq_order.h"
 #include "core/checked.h"
 #include "core/tensor_check.h"
 #include "forward/ragged.h"
@@ -38,20 +39,20 @@ enum {
 };
 
 /* One sequence: its own problem and plan (PART_NO_ROWS: only the dk and dv
- * views and their extents), and its items in the call's two phases. */
+ * views and their extents), and its items. */
 typedef struct bwd_part {
     sdpa_bwd_problem problem;
     sdpa_bwd_plan plan;
     int64_t seq;
     int kind;
-    int64_t items, q_items; /* phase 1 (all), phase 2 (split: dQ) */
+    int64_t items;
 } bwd_part;
 
-/* A part's place in the start order (heaviest items first) and where its
- * items start in each phase. */
+/* A part's place in the start order (heaviest first) and where its items
+ * start. */
 typedef struct bwd_slot {
-    double cost; /* multiply-adds of one single-pass item */
-    int64_t part, first, first_q;
+    double cost; /* multiply-adds of one of the sequence's items */
+    int64_t part, first;
 } bwd_slot;
 
 /* The call's plan: sdpa_run_items reads run; the items find their part
@@ -65,17 +66,28 @@ typedef struct ragged_plan {
 
 /* What the whole call needs, summed or maximised over its parts. */
 typedef struct ragged_totals {
-    int64_t parts, with_rows;         /* with_rows: calls of their own */
-    int64_t most_items, most_q_items; /* the phases, at most (a split
-                                         decided later only lowers them) */
-    double work;                      /* gemms of every call's single pass */
-    size_t worker_bytes;
+    int64_t parts, with_rows; /* with_rows: calls of their own */
+    int64_t items;
+    size_t worker_bytes, shared_bytes; /* shared: the parts' own, aligned */
     bool blas_owns_cores;
 } ragged_totals;
 
-static size_t elem_size(const sdpa_backward_args *a)
+/* The bytes of an element of the call's tensors, by their storage types
+ * (the compute type's for lse: float32 unless everything is float64). */
+typedef struct type_sizes {
+    size_t q, kv, lse, dq, dkv;
+} type_sizes;
+
+static type_sizes sizes_of(const sdpa_backward_args *a)
 {
-    return a->dtype == SDPA_FLOAT64 ? sizeof(double) : sizeof(float);
+    const int kv = a->kv_dtype ? a->kv_dtype : a->dtype;
+    const int grad = a->grad_dtype;
+    return (type_sizes){.q = sdpa_dtype_size(a->dtype),
+                        .kv = sdpa_dtype_size(kv),
+                        .lse = a->dtype == SDPA_FLOAT64 ? sizeof(double)
+                                                        : sizeof(float),
+                        .dq = sdpa_dtype_size(grad ? grad : a->dtype),
+                        .dkv = sdpa_dtype_size(grad ? grad : kv)};
 }
 
 static int part_kind(const sdpa_ragged *r, const sdpa_forward_args *f,
@@ -95,7 +107,7 @@ static void slice_sequence(const sdpa_backward_args *a,
 {
     sdpa_forward_args fs;
     sdpa_ragged_slice(f, r, b, &fs);
-    const size_t es = elem_size(a);
+    const type_sizes es = sizes_of(a);
     const int64_t first = r->q_off[b], rows = sdpa_seq_rows(r, b);
     *sub = *a;
     sub->seqs = 0;
@@ -106,10 +118,10 @@ static void slice_sequence(const sdpa_backward_args *a,
     sub->v = fs.v;
     sub->out = fs.out;
     sub->lse = fs.lse;
-    sub->dout = sdpa_slice_rows(a->dout, es, first, rows);
-    sub->dq = sdpa_slice_rows(a->dq, es, first, rows);
-    sub->dk = sdpa_slice_keys(a->dk, es, r, b);
-    sub->dv = sdpa_slice_keys(a->dv, es, r, b);
+    sub->dout = sdpa_slice_rows(a->dout, es.q, first, rows);
+    sub->dq = sdpa_slice_rows(a->dq, es.dq, first, rows);
+    sub->dk = sdpa_slice_keys(a->dk, es.dkv, r, b);
+    sub->dv = sdpa_slice_keys(a->dv, es.dkv, r, b);
 }
 
 /* A sequence without query rows: its dk and dv, shaped like its k and v
@@ -127,7 +139,7 @@ static int check_no_rows(sdpa_ctx *ctx, const char *who,
                                  .view = views[i],
                                  .required = true,
                                  .is_output = true,
-                                 .elem_size = elem_size(sub)};
+                                 .elem_size = sizes_of(sub).dkv};
         for (int d = 0; d < 4; d++)
             rule.expect[d] = (sdpa_extent){inputs[i]->shape[d], NULL};
         sdpa_byte_range range;
@@ -138,8 +150,10 @@ static int check_no_rows(sdpa_ctx *ctx, const char *who,
             return status;
     }
     sdpa_problem *p = &bp->p;
-    p->dtype = sub->dtype;
-    p->elem_size = elem_size(sub);
+    p->dtype = sub->dtype == SDPA_FLOAT64 ? SDPA_FLOAT64 : SDPA_FLOAT32;
+    p->elem_size = sizes_of(sub).lse; /* the compute type's */
+    const int kv = sub->kv_dtype ? sub->kv_dtype : sub->dtype;
+    bp->dkv_type = sub->grad_dtype ? sub->grad_dtype : kv;
     p->heads_kv = sub->dk.shape[H_DIM];
     p->len_k = sub->dk.shape[T_DIM];
     p->dim_k = sub->dk.shape[D_DIM];
@@ -171,19 +185,8 @@ static int make_part(sdpa_ctx *ctx, const sdpa_backward_args *a,
         return status;
     }
     status = sdpa_backward_plan(ctx, who, &part->problem, &part->plan);
-    const sdpa_bwd_plan *pl = &part->plan;
-    part->items = pl->split ? pl->kv_items : pl->run.work_items;
-    part->q_items = pl->split ? pl->q_items : 0;
+    part->items = part->plan.run.work_items;
     return status;
-}
-
-/* Gemm units of a call's single pass: five per (tile, key block) pair. */
-static double call_work(const bwd_part *part)
-{
-    const sdpa_bwd_plan *pl = &part->plan;
-    return 5.0 * (double)pl->run.work_items *
-           (double)(part->problem.p.group * pl->query_tiles) *
-           (double)pl->key_blocks;
 }
 
 static bool add_part(ragged_totals *t, const bwd_part *part)
@@ -191,16 +194,17 @@ static bool add_part(ragged_totals *t, const bwd_part *part)
     if (part->kind == PART_NONE)
         return true;
     t->parts++;
-    if (part->items > INT64_MAX - t->most_items ||
-        part->q_items > INT64_MAX - t->most_q_items)
+    if (part->items > INT64_MAX - t->items)
         return false;
-    t->most_items += part->items;
-    t->most_q_items += part->q_items;
+    t->items += part->items;
     t->with_rows += part->kind != PART_NO_ROWS;
     if (part->kind != PART_CALL)
         return true;
     const sdpa_bwd_plan *pl = &part->plan;
-    t->work += call_work(part);
+    size_t shared;
+    if (!sdpa_round_up_size(pl->shared_bytes, SDPA_ALIGN, &shared) ||
+        !sdpa_add_size(t->shared_bytes, shared, &t->shared_bytes))
+        return false;
     t->worker_bytes =
         pl->worker_bytes > t->worker_bytes ? pl->worker_bytes : t->worker_bytes;
     t->blas_owns_cores |= sdpa_backward_blas_owns_cores(&part->problem, pl);
@@ -239,7 +243,8 @@ static int check_key_gradients(sdpa_ctx *ctx, const sdpa_backward_args *a,
 static int check_whole(sdpa_ctx *ctx, const sdpa_backward_args *a,
                        const sdpa_forward_args *f, const sdpa_ragged *r)
 {
-    const size_t es = elem_size(a), ds = sizeof(double);
+    const type_sizes es = sizes_of(a);
+    const size_t ds = sizeof(double);
     const int64_t hq = a->q.shape[H_DIM];
     const sdpa_tensor heads = {NULL, {1, 1, 1, hq}, {hq, hq, hq, 1}};
     sdpa_tensor slopes = heads, sinks = heads, dsinks = heads;
@@ -247,15 +252,15 @@ static int check_whole(sdpa_ctx *ctx, const sdpa_backward_args *a,
     sinks.data = (void *)(uintptr_t)a->sinks;
     dsinks.data = a->dsinks;
     const sdpa_whole_tensor all[12] = {
-        {"q", &a->q, es, false, false},
-        {"k", &a->k, es, false, false},
-        {"v", &a->v, es, false, false},
-        {"out", &a->out, es, false, false},
-        {"lse", &a->lse, es, false, true},
-        {"dout", &a->dout, es, false, false},
-        {"dq", &a->dq, es, true, false},
-        {"dk", &a->dk, es, true, false},
-        {"dv", &a->dv, es, true, false},
+        {"q", &a->q, es.q, false, false},
+        {"k", &a->k, es.kv, false, false},
+        {"v", &a->v, es.kv, false, false},
+        {"out", &a->out, es.q, false, false},
+        {"lse", &a->lse, es.lse, false, true},
+        {"dout", &a->dout, es.q, false, false},
+        {"dq", &a->dq, es.dq, true, false},
+        {"dk", &a->dk, es.dkv, true, false},
+        {"dv", &a->dv, es.dkv, true, false},
         {"alibi_slopes", &slopes, ds, false, false},
         {"sinks", &sinks, ds, false, false},
         {"dsinks", &dsinks, ds, true, false}};
@@ -352,23 +357,13 @@ static int by_cost(const void *x, const void *y)
     return a->part < b->part ? -1 : a->part > b->part;
 }
 
-/* Whether a call runs split here: as its own call would (its plan), and
- * only when its single-pass items are coarser than a worker's share of
- * the whole call's work (many small sequences keep the workers busy
- * without the split's two extra gemms per tile pair). */
-static bool runs_split(const bwd_part *part, int64_t budget, double work)
-{
-    const sdpa_bwd_plan *pl = &part->plan;
-    return pl->split && budget > 1 &&
-           call_work(part) / (double)pl->run.work_items * (double)budget > work;
-}
-
 /* The parts (sequence order) and their slots (start order) into `parts`
- * and `slots`, with the phases' item counts. */
+ * and `slots`, with their items, their turn counters and half dq sums
+ * placed from `shared` on. */
 static void fill_parts(sdpa_ctx *ctx, const sdpa_backward_args *a,
                        const sdpa_forward_args *f, const sdpa_ragged *r,
-                       const ragged_totals *t, int64_t budget, bwd_part *parts,
-                       bwd_slot *slots, int64_t *items, int64_t *q_items)
+                       const ragged_totals *t, bwd_part *parts, bwd_slot *slots,
+                       char *shared)
 {
     int64_t count = 0;
     for (int64_t b = 0; b < r->seqs && count < t->parts; b++) {
@@ -376,42 +371,37 @@ static void fill_parts(sdpa_ctx *ctx, const sdpa_backward_args *a,
         (void)make_part(ctx, a, f, r, b, part); /* checked */
         if (part->kind == PART_NONE)
             continue;
-        const sdpa_bwd_plan *pl = &part->plan;
         const sdpa_problem *p = &part->problem.p;
         double cost = 0;
         if (part->kind == PART_CALL) {
-            part->plan.split = runs_split(part, budget, t->work);
-            part->items = pl->split ? pl->kv_items : pl->run.work_items;
-            part->q_items = pl->split ? pl->q_items : 0;
-            /* a single-pass item's, split or not: the same start order
-             * (and of several failures the same one reported) for every
-             * thread count */
-            cost = (double)(p->group * p->len_q) * (double)p->len_k *
+            sdpa_backward_bind(&part->problem, &part->plan, shared);
+            size_t own = 0;
+            (void)sdpa_round_up_size(part->plan.shared_bytes, SDPA_ALIGN,
+                                     &own); /* checked by add_part */
+            shared += own;
+            cost = (double)(p->group * p->len_q) *
+                   (double)(part->plan.item_blocks * part->plan.block_k) *
                    (double)(p->dim_k + p->dim_v);
         }
         slots[count] = (bwd_slot){.cost = cost, .part = count};
         count++;
     }
     qsort(slots, (size_t)count, sizeof *slots, by_cost);
-    *items = *q_items = 0;
+    int64_t items = 0;
     for (int64_t i = 0; i < count; i++) {
-        slots[i].first = *items;
-        slots[i].first_q = *q_items;
-        *items += parts[slots[i].part].items;
-        *q_items += parts[slots[i].part].q_items;
+        slots[i].first = items;
+        items += parts[slots[i].part].items;
     }
 }
 
-/* The slot whose items [first, first + count) hold item n of a phase: the
- * last one starting at or before n (a part without items of the phase
- * starts where its successor does, so it is skipped). */
-static const bwd_slot *slot_of(const ragged_plan *rp, int64_t n, bool second)
+/* The slot whose items [first, first + count) hold item n: the last one
+ * starting at or before n. */
+static const bwd_slot *slot_of(const ragged_plan *rp, int64_t n)
 {
     int64_t lo = 0, hi = rp->count - 1;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
-        int64_t first = second ? rp->slots[mid].first_q : rp->slots[mid].first;
-        if (first <= n)
+        if (rp->slots[mid].first <= n)
             lo = mid;
         else
             hi = mid - 1;
@@ -429,58 +419,41 @@ static void zero_rows(const sdpa_view *v, size_t es, int64_t heads,
 }
 
 static int part_item(const bwd_part *part, int kernel, void *scratch,
-                     int64_t item, bool second, sdpa_where *where)
+                     int64_t item, sdpa_where *where)
 {
     const sdpa_bwd_problem *bp = &part->problem;
     const sdpa_problem *p = &bp->p;
     switch (part->kind) {
     case PART_NO_KEYS:
-        zero_rows(&bp->dq, p->elem_size, p->heads_q, p->len_q, p->dim_k);
+        zero_rows(&bp->dq, sdpa_dtype_size(bp->dq_type), p->heads_q, p->len_q,
+                  p->dim_k);
         return SDPA_OK;
     case PART_NO_ROWS:
-        zero_rows(&bp->dk, p->elem_size, p->heads_kv, p->len_k, p->dim_k);
-        zero_rows(&bp->dv, p->elem_size, p->heads_kv, p->len_k, p->dim_v);
+        zero_rows(&bp->dk, sdpa_dtype_size(bp->dkv_type), p->heads_kv, p->len_k,
+                  p->dim_k);
+        zero_rows(&bp->dv, sdpa_dtype_size(bp->dkv_type), p->heads_kv, p->len_k,
+                  p->dim_v);
         return SDPA_OK;
-    default: {
-        const sdpa_plan *own = &part->plan.run;
-        if (second)
-            return sdpa_backward_q_item(p, own, kernel, scratch, item, where);
-        return part->plan.split
-                   ? sdpa_backward_kv_item(p, own, kernel, scratch, item, where)
-                   : sdpa_backward_item(p, own, kernel, scratch, item, where);
-    }
+    default:
+        return sdpa_backward_item(p, &part->plan.run, kernel, scratch, item,
+                                  where);
     }
 }
 
-/* Item n of a phase: an item of one sequence's own plan. */
-static int ragged_item(const sdpa_plan *plan, int kernel, void *scratch,
-                       int64_t n, bool second, sdpa_where *where)
+/* Item n of the call: an item of one sequence's own plan. Each
+ * sequence's items are consecutive and in its own order, so a key block
+ * is started after the blocks before it (dq_order.h). */
+static int ragged_item(const sdpa_problem *problem, const sdpa_plan *plan,
+                       int kernel, void *scratch, int64_t n, sdpa_where *where)
 {
+    (void)problem;
     const ragged_plan *rp = (const ragged_plan *)(const void *)plan;
-    const bwd_slot *slot = slot_of(rp, n, second);
+    const bwd_slot *slot = slot_of(rp, n);
     const bwd_part *part = &rp->parts[slot->part];
-    int status =
-        part_item(part, kernel, scratch,
-                  n - (second ? slot->first_q : slot->first), second, where);
+    int status = part_item(part, kernel, scratch, n - slot->first, where);
     if (status != SDPA_OK)
         where->batch = part->seq;
     return status;
-}
-
-static int first_phase_item(const sdpa_problem *problem, const sdpa_plan *plan,
-                            int kernel, void *scratch, int64_t n,
-                            sdpa_where *where)
-{
-    (void)problem;
-    return ragged_item(plan, kernel, scratch, n, false, where);
-}
-
-static int second_phase_item(const sdpa_problem *problem, const sdpa_plan *plan,
-                             int kernel, void *scratch, int64_t n,
-                             sdpa_where *where)
-{
-    (void)problem;
-    return ragged_item(plan, kernel, scratch, n, true, where);
 }
 
 /* dsinks[h]: the sequences' own values added in sequence order (0 when no
@@ -507,20 +480,17 @@ static int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* The phases on the reserved workers, then dsinks. */
-static int run_phases(sdpa_ctx *ctx, const sdpa_backward_args *a,
-                      ragged_plan *rp, int64_t items, int64_t q_items,
-                      sdpa_where *where)
+/* The items on the reserved workers, then dsinks. */
+static int run_items(sdpa_ctx *ctx, const sdpa_backward_args *a,
+                     ragged_plan *rp, int64_t items, sdpa_where *where)
 {
     const sdpa_problem *any = &rp->parts[0].problem.p; /* read by none */
-    const int workers = rp->run.threads;
-    rp->run.threads = (int)min64(workers, items);
-    int status = sdpa_run_items(ctx, WHO, any, &rp->run, items, 1,
-                                first_phase_item, where);
-    rp->run.threads = (int)min64(workers, q_items);
-    if (status == SDPA_OK && q_items > 0)
-        status = sdpa_run_items(ctx, WHO, any, &rp->run, q_items, 1,
-                                second_phase_item, where);
+    for (int64_t i = 0; i < rp->count; i++)
+        if (rp->parts[i].kind == PART_CALL)
+            sdpa_dq_reset(rp->parts[i].plan.turns,
+                          rp->parts[i].plan.turn_count);
+    int status =
+        sdpa_run_items(ctx, WHO, any, &rp->run, items, 1, ragged_item, where);
     if (status == SDPA_OK && a->dsinks)
         sink_gradients(rp, a->dsinks, a->q.shape[H_DIM]);
     return status;
@@ -547,27 +517,24 @@ int sdpa_ragged_backward(sdpa_ctx *ctx, const sdpa_backward_args *a)
      * its own call would run (its bits are the same either way) */
     const int64_t budget = t.blas_owns_cores ? 1 : sdpa_thread_budget(ctx);
     ragged_plan rp = {.count = t.parts};
-    const int64_t most =
-        t.most_items > t.most_q_items ? t.most_items : t.most_q_items;
-    rp.run.threads = (int)min64(budget, most);
+    rp.run.threads = (int)min64(budget, t.items);
     rp.run.reserve_workers =
         ctx->parallel_for ? ctx->parallel_workers : rp.run.threads;
     status = sdpa_parts_reserve(ctx, WHO, bytes);
     if (status == SDPA_OK)
         status = sdpa_scratch_reserve(ctx, WHO, rp.run.reserve_workers,
-                                      t.worker_bytes, 0);
+                                      t.worker_bytes, t.shared_bytes);
     if (status == SDPA_OK)
-        status = sdpa_pool_reserve(ctx, WHO, rp.run.reserve_workers, most);
+        status = sdpa_pool_reserve(ctx, WHO, rp.run.reserve_workers, t.items);
     if (status != SDPA_OK)
         return status;
     bwd_part *parts = ctx->parts.ptr;
     bwd_slot *slots = (bwd_slot *)(void *)(parts + t.parts);
-    int64_t items, q_items;
-    fill_parts(ctx, a, &f, &r, &t, budget, parts, slots, &items, &q_items);
+    fill_parts(ctx, a, &f, &r, &t, parts, slots, ctx->shared.ptr);
     rp.parts = parts;
     rp.slots = slots;
     sdpa_where where = {-1, -1, -1};
-    status = run_phases(ctx, a, &rp, items, q_items, &where);
+    status = run_items(ctx, a, &rp, t.items, &where);
     if (status == SDPA_ERR_NONFINITE)
         return sdpa_fail(ctx, status,
                          "%s: sequence %lld, head %lld, query row %lld "

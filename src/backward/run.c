@@ -1,9 +1,11 @@
 /*
- * sdpa_backward's execution: dbias zeroed, the plan's work items on the
- * workers (one pass, or the split's two), then dsinks on the caller's
- * thread. The tiles are backward_impl.h's, for float and double.
+ * sdpa_backward's execution: dbias zeroed and the dQ turns reset, the
+ * plan's work items on the workers, then dsinks on the caller's thread.
+ * The tiles are backward_impl.h's, for float and double.
  */
 #include "backward/backward.h"
+#include "backward/dq_order.h"
+#include "core/checked.h"
 #include "forward/key_range.h"
 #include "forward/row_block.h"
 #include "kernels/rows.h"
@@ -22,22 +24,6 @@ int sdpa_backward_item(const sdpa_problem *p, const sdpa_plan *plan, int kernel,
                        void *scratch, int64_t item, sdpa_where *where)
 {
     return SDPA_BY_DTYPE(p, backward_item, p, plan, kernel, scratch, item,
-                         where);
-}
-
-int sdpa_backward_kv_item(const sdpa_problem *p, const sdpa_plan *plan,
-                          int kernel, void *scratch, int64_t item,
-                          sdpa_where *where)
-{
-    return SDPA_BY_DTYPE(p, backward_kv_item, p, plan, kernel, scratch, item,
-                         where);
-}
-
-int sdpa_backward_q_item(const sdpa_problem *p, const sdpa_plan *plan,
-                         int kernel, void *scratch, int64_t item,
-                         sdpa_where *where)
-{
-    return SDPA_BY_DTYPE(p, backward_q_item, p, plan, kernel, scratch, item,
                          where);
 }
 
@@ -63,31 +49,38 @@ static void zero_dbias(const sdpa_bwd_problem *bp)
 double sdpa_backward_sink_gradient(const sdpa_bwd_problem *bp, int64_t h)
 {
     const sdpa_problem *p = &bp->p;
-    const size_t es = p->elem_size;
-    const bool f32 = p->dtype == SDPA_FLOAT32;
+    const size_t out_es = sdpa_dtype_size(p->out_type);
+    const size_t dout_es = sdpa_dtype_size(bp->dout_type);
     double sum = 0;
     for (int64_t b = 0; b < p->batch; b++)
         for (int64_t i = 0; i < p->len_q; i++) {
-            const char *o = sdpa_at(&p->out, es, b, h, i);
-            const char *g = sdpa_at(&bp->dout, es, b, h, i);
-            const char *l = sdpa_at(&p->lse, es, b, h, i);
-            double lse = f32 ? (double)*(const float *)(const void *)l
-                             : *(const double *)(const void *)l;
+            const char *o = sdpa_at(&p->out, out_es, b, h, i);
+            const char *g = sdpa_at(&bp->dout, dout_es, b, h, i);
+            const double lse = sdpa_value_at(
+                sdpa_at(&p->lse, p->elem_size, b, h, i), p->dtype, 0);
             double d = 0;
             for (int64_t c = 0; c < p->dim_v; c++)
-                d += f32 ? (double)((const float *)(const void *)o)[c] *
-                               (double)((const float *)(const void *)g)[c]
-                         : ((const double *)(const void *)o)[c] *
-                               ((const double *)(const void *)g)[c];
+                d += sdpa_value_at(o, p->out_type, c) *
+                     sdpa_value_at(g, bp->dout_type, c);
             if (lse > -INFINITY)
                 sum += exp(p->sinks[h] - lse) * d;
         }
     return -sum;
 }
 
-static int64_t min64(int64_t a, int64_t b)
+void sdpa_backward_bind(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl,
+                        void *shared)
 {
-    return a < b ? a : b;
+    pl->turns = shared;
+    pl->dq_sum = bp->dq;
+    if (pl->dq_bytes == 0)
+        return;
+    const sdpa_problem *p = &bp->p;
+    const int64_t row = p->dim_k, head = p->len_q * row;
+    size_t turns_rounded = 0;
+    (void)sdpa_round_up_size(pl->turn_bytes, SDPA_ALIGN, &turns_rounded);
+    pl->dq_sum = (sdpa_view){.data = (char *)shared + turns_rounded,
+                             .stride = {p->heads_q * head, head, row, 1}};
 }
 
 int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
@@ -95,22 +88,12 @@ int sdpa_backward_run(sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
 {
     if (bp->dbias.data)
         zero_dbias(bp);
-    sdpa_plan *run = &pl->run;
-    int status;
-    if (pl->split) {
-        const int workers = run->threads;
-        run->threads = (int)min64(workers, pl->kv_items);
-        status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
-                                pl->kv_items, 1, sdpa_backward_kv_item, where);
-        run->threads = (int)min64(workers, pl->q_items);
-        if (status == SDPA_OK)
-            status =
-                sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run, pl->q_items,
-                               1, sdpa_backward_q_item, where);
-    } else {
-        status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, run,
-                                run->work_items, 1, sdpa_backward_item, where);
-    }
+    sdpa_dq_reset(pl->turns, pl->turn_count);
+    /* a key block's items after the set's earlier blocks (dq_order.h):
+     * the sets as the grid's rows, each set's first block started first */
+    int status = sdpa_run_items(ctx, SDPA_BACKWARD_WHO, &bp->p, &pl->run,
+                                pl->run.work_items, pl->groups,
+                                sdpa_backward_item, where);
     for (int64_t h = 0; status == SDPA_OK && bp->dsinks && h < bp->p.heads_q;
          h++)
         bp->dsinks[h] = sdpa_backward_sink_gradient(bp, h);

@@ -18,17 +18,19 @@
 _Static_assert(sizeof(sdpa_backward_args) >= SDPA_BACKWARD_ARGS_SIZE_V1,
                "sdpa_backward_args only grows");
 
-/* What sdpa_forward does not check: the dtype (no half types), the inputs
- * only the backward needs, and the gradients that need an input. */
+/* What sdpa_forward does not check: grad_dtype, the inputs only the
+ * backward needs, and the gradients that need an input. The storage types
+ * follow the forward's rules (sdpa_validate_call). */
 int sdpa_backward_check_own(sdpa_ctx *ctx, const char *who,
                             const sdpa_backward_args *a)
 {
-    if (a->dtype != SDPA_FLOAT32 && a->dtype != SDPA_FLOAT64)
+    const bool f64 = a->dtype == SDPA_FLOAT64;
+    if (a->grad_dtype != 0 && (a->grad_dtype != SDPA_FLOAT32 || f64))
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         "%s: dtype %d is neither SDPA_FLOAT32 nor "
-                         "SDPA_FLOAT64 (the half types are storage types "
-                         "of sdpa_forward only)",
-                         who, a->dtype);
+                         "%s: grad_dtype %d is neither 0 (the gradients in "
+                         "their inputs' storage types) nor SDPA_FLOAT32 with "
+                         "a call computed in float32",
+                         who, a->grad_dtype);
     if (!a->lse.data)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
                          "%s: lse.data is NULL (the forward's lse is "
@@ -47,6 +49,8 @@ sdpa_forward_args sdpa_backward_forward_fields(const sdpa_backward_args *a)
 {
     sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
     f.dtype = a->dtype;
+    f.kv_dtype = a->kv_dtype;
+    f.bias_dtype = a->bias_dtype;
     f.causal = a->causal;
     f.flags = a->flags;
     f.scale = a->scale;
@@ -97,6 +101,12 @@ static int check_gradients(sdpa_ctx *ctx, const char *who,
 {
     const sdpa_problem *p = &bp->p;
     const size_t es = p->elem_size;
+    bp->dout_type = p->out_type;
+    bp->dq_type = a->grad_dtype ? a->grad_dtype : p->q_type;
+    bp->dkv_type = a->grad_dtype ? a->grad_dtype : p->kv_type;
+    const size_t dout_es = sdpa_dtype_size(bp->dout_type);
+    const size_t dq_es = sdpa_dtype_size(bp->dq_type);
+    const size_t dkv_es = sdpa_dtype_size(bp->dkv_type);
     const int64_t n = p->batch, hq = p->heads_q, hkv = p->heads_kv;
     const int64_t tq = p->len_q, tk = p->len_k, dk = p->dim_k, dv = p->dim_v;
     bp->k_bcast = n > 1 && p->k.stride[0] == 0;
@@ -119,7 +129,7 @@ static int check_gradients(sdpa_ctx *ctx, const char *who,
          .view = &bp->dout,
          .required = true,
          .rows_for_blas = true,
-         .elem_size = es,
+         .elem_size = dout_es,
          .expect = EXTENTS(n, hq, tq, dv)},
         {.name = "dq",
          .tensor = &a->dq,
@@ -127,21 +137,21 @@ static int check_gradients(sdpa_ctx *ctx, const char *who,
          .required = true,
          .is_output = true,
          .rows_for_blas = true,
-         .elem_size = es,
+         .elem_size = dq_es,
          .expect = EXTENTS(n, hq, tq, dk)},
         {.name = "dk",
          .tensor = &a->dk,
          .view = &bp->dk,
          .required = true,
          .is_output = true,
-         .elem_size = es,
+         .elem_size = dkv_es,
          .expect = EXTENTS(bp->k_bcast ? 1 : n, hkv, tk, dk)},
         {.name = "dv",
          .tensor = &a->dv,
          .view = &bp->dv,
          .required = true,
          .is_output = true,
-         .elem_size = es,
+         .elem_size = dkv_es,
          .expect = EXTENTS(bp->v_bcast ? 1 : n, hkv, tk, dv)},
         {.name = "dbias",
          .tensor = &a->dbias,
@@ -172,13 +182,16 @@ static void input_ranges(const sdpa_backward_args *a,
 {
     const sdpa_problem *p = &bp->p;
     const size_t es = p->elem_size;
+    const size_t q_es = sdpa_dtype_size(p->q_type);
+    const size_t kv_es = sdpa_dtype_size(p->kv_type);
+    const size_t out_es = sdpa_dtype_size(p->out_type);
     const int64_t n = p->batch, hq = p->heads_q;
     int c = *count;
-    r[c++] = span_of("q", false, p->q.data, a->q.shape, p->q.stride, es);
-    r[c++] = span_of("k", false, p->k.data, a->k.shape, p->k.stride, es);
-    r[c++] = span_of("v", false, p->v.data, a->v.shape, p->v.stride, es);
+    r[c++] = span_of("q", false, p->q.data, a->q.shape, p->q.stride, q_es);
+    r[c++] = span_of("k", false, p->k.data, a->k.shape, p->k.stride, kv_es);
+    r[c++] = span_of("v", false, p->v.data, a->v.shape, p->v.stride, kv_es);
     r[c++] =
-        span_of("out", false, p->out.data, a->out.shape, p->out.stride, es);
+        span_of("out", false, p->out.data, a->out.shape, p->out.stride, out_es);
     r[c++] =
         span_of("lse", false, p->lse.data, a->lse.shape, p->lse.stride, es);
     if (p->mask.data)
@@ -186,7 +199,7 @@ static void input_ranges(const sdpa_backward_args *a,
                          p->mask.stride, 1);
     if (p->bias.data)
         r[c++] = span_of("bias", false, p->bias.data, a->bias.shape,
-                         p->bias.stride, es);
+                         p->bias.stride, sdpa_dtype_size(p->bias_type));
     if (a->kv_lens)
         r[c++] = (sdpa_byte_range){.name = "kv_lens",
                                    .is_output = false,

@@ -11,6 +11,9 @@
 #define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
 /* EXPC(LOWEST) → SDPA_EXP_LOWEST_f32 / _f64, the constants of vexp.h */
 #define EXPC(name) SDPA_PASTE(SDPA_EXP_##name##_, SUF)
+/* The SDPA_FLOAT* of T: a tensor stored in it is read where it is. */
+#define SDPA_DTYPE_OF_T                                                        \
+    (sizeof(T) == sizeof(float) ? SDPA_FLOAT32 : SDPA_FLOAT64)
 /* AT(&view, n, h, t) → T* to element [n, h, t, 0] of a validated view. */
 #define AT(view, n, h, t) ((T *)(void *)sdpa_at(view, sizeof(T), n, h, t))
 /* Calls fn_f32(...) or fn_f64(...) by the problem's dtype. */

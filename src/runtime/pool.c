@@ -4,11 +4,12 @@
  * Work items are claimed from a shared counter, in index order or in the
  * column order of a grid (sdpa_run_items's visit_rows). Every item is
  * computed the same way whichever worker takes it, whenever (each worker
- * has its own scratch and items write disjoint outputs), so results are
+ * has its own scratch; items write disjoint outputs, or add to one in a
+ * fixed order: the backward's dQ, backward/dq_order.h), so results are
  * bitwise identical for every thread count and order; of several failing
  * items the lowest index is reported.
  * A caller's parallel-for (sdpa_ctx_set_parallel_for) runs the same items
- * on the caller's threads instead.
+ * on the caller's threads instead, also started in visiting order.
  */
 /* sched_getaffinity and CPU_COUNT (SDPA_NUM_THREADS_ALL) are GNU
  * extensions */
@@ -221,8 +222,8 @@ struct sdpa_caller_job {
     const sdpa_plan *plan;
     sdpa_path_fn fn;
     int64_t items, visit_rows;
-    /* item i's bit: taken (ctx->claims, items / 64 words): a second call
-     * of an item is refused, so that calls == items means every item ran
+    /* task n's bit: called (ctx->claims, items / 64 words): a second call
+     * of a task is refused, so that calls == items means every item ran
      * once, whatever the order of the calls */
     _Atomic uint64_t *taken;
     _Atomic uint64_t generation; /* of the job in progress, or the last */
@@ -230,6 +231,7 @@ struct sdpa_caller_job {
     atomic_bool open;            /* between the start and the end of a job */
     atomic_int inside;           /* task calls in progress */
     atomic_llong calls;          /* task calls with a valid item and worker */
+    atomic_llong next;           /* the items started, in visiting order */
     atomic_bool bad_call;        /* one outside them */
     atomic_int busy[SDPA_MAX_THREADS]; /* calls running per worker */
     first_failure failure;
@@ -242,10 +244,8 @@ static void caller_item(caller_job *job, int64_t n, int worker)
         atomic_store(&job->bad_call, true);
         return;
     }
-    /* the caller's n-th task: its pool likely starts them in order */
-    const int64_t item = sdpa_visited_item(n, job->items, job->visit_rows);
-    const uint64_t bit = UINT64_C(1) << (item % 64);
-    if (atomic_fetch_or(&job->taken[item / 64], bit) & bit) {
+    const uint64_t bit = UINT64_C(1) << (n % 64);
+    if (atomic_fetch_or(&job->taken[n / 64], bit) & bit) {
         atomic_store(&job->bad_call, true); /* called twice */
         return;
     }
@@ -255,6 +255,11 @@ static void caller_item(caller_job *job, int64_t n, int worker)
         atomic_store(&job->bad_call, true);
         return;
     }
+    /* task n runs the next item in visiting order, not item n: whatever
+     * order the caller's pool calls the tasks in, an item starts after
+     * every item before it has (the backward's dQ turns wait on them) */
+    const int64_t item = sdpa_visited_item(atomic_fetch_add(&job->next, 1),
+                                           job->items, job->visit_rows);
     sdpa_where where = {-1, -1, -1};
     const sdpa_blas_serial blas_was = sdpa_blas_serial_begin(); /* as above */
     int status = job->fn(job->problem, job->plan, job->ctx->kernel,
@@ -333,6 +338,7 @@ static int run_on_caller_threads(sdpa_ctx *ctx, const char *who,
     for (size_t w = 0; w < words; w++)
         atomic_init(&job->taken[w], 0);
     atomic_store(&job->calls, 0);
+    atomic_store(&job->next, 0);
     atomic_store(&job->bad_call, false);
     for (int w = 0; w < SDPA_MAX_THREADS; w++)
         atomic_store(&job->busy[w], 0);

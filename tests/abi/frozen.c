@@ -151,6 +151,11 @@ OFFSET(sdpa_backward_args, seqs, 952);
 OFFSET(sdpa_backward_args, q_offsets, 960);
 OFFSET(sdpa_backward_args, kv_offsets, 968);
 MIN_SIZE(sdpa_backward_args, 976);
+/* appended in 1.2: half-precision storage */
+OFFSET(sdpa_backward_args, kv_dtype, 976);
+OFFSET(sdpa_backward_args, bias_dtype, 980);
+OFFSET(sdpa_backward_args, grad_dtype, 984);
+MIN_SIZE(sdpa_backward_args, 992);
 OFFSET(sdpa_merge_args, struct_size, 0);
 MIN_SIZE(sdpa_merge_args, 184);
 OFFSET(sdpa_mha_args, struct_size, 0);

@@ -8,12 +8,15 @@
  * place of item 0 (as many calls as items: only knowing which items ran
  * tells; fuzz_storage's finding 2, accepted with SDPA_OK and rows never
  * written before).
+ * reverse: the tasks are called last to first, as a pool may (legal: the
+ * library must not depend on the order its tasks are called in).
  */
 #ifndef SDPA_TEST_CALLER_POOL_H
 #define SDPA_TEST_CALLER_POOL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -23,6 +26,7 @@ enum { TEST_POOL_MAX = 8 };
 
 typedef struct test_pool {
     int workers, misbehave;
+    bool reverse;
     atomic_llong next;
     int64_t items;
     sdpa_task_fn task;
@@ -43,6 +47,8 @@ static inline void *test_pool_drain(void *opaque)
         int64_t item = atomic_fetch_add(&tp->next, 1);
         if (item >= tp->items)
             break;
+        if (tp->reverse)
+            item = tp->items - 1 - item;
         if (tp->misbehave == 1 && item == 0)
             continue;
         int worker = tp->misbehave == 2 ? tp->workers : w->index;
