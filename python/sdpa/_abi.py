@@ -200,6 +200,9 @@ class sdpa_backward_args(Structure):
         ("seqs", c_int64),
         ("q_offsets", c_void_p),
         ("kv_offsets", c_void_p),
+        ("kv_dtype", c_int),
+        ("bias_dtype", c_int),
+        ("grad_dtype", c_int),
     ]
 
 

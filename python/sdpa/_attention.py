@@ -243,7 +243,23 @@ def _broadcast_extent(a4, dim):
 
 
 def attention_backward(
-    dout, q, k, v, out, lse, *, dbias=False, dsinks=False, dq=None, dk=None, dv=None, layout="bhtd", ctx=None, **options
+    dout,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    *,
+    dbias=False,
+    dsinks=False,
+    dq=None,
+    dk=None,
+    dv=None,
+    grad_dtype=None,
+    storage=None,
+    layout="bhtd",
+    ctx=None,
+    **options
 ):
     """The gradients of sdpa.attention (sdpa_backward).
 
@@ -255,26 +271,37 @@ def attention_backward(
     extent 1 over N where k and v are broadcast over N (the sum over the
     batch), dbias the bias's shape with extent 1 where the bias broadcasts
     (dbias=True, or an array), dsinks Hq values (dsinks=True). dq, dk, dv
-    may be arrays to write into. float32 and float64 only.
+    may be arrays to write into. With float16 or bfloat16 storage (1.2;
+    storage="bfloat16" for uint16 arrays) dq is in q's storage type and dk,
+    dv in k's, or all three float32 with grad_dtype="float32"; lse and
+    dbias are in the compute type (float32), as the forward wrote lse.
     """
     who = "sdpa.attention_backward"
-    inputs = _Inputs(who, q, k, v, None, layout)
-    opts = Options(who, **options)
+    inputs = _Inputs(who, q, k, v, storage, layout)
+    opts = Options(who, storage=storage, **options)
     code = inputs.dtype
     args = _abi.new(_abi.sdpa_backward_args)
     args.dtype = code
+    if inputs.k.storage != code:
+        args.kv_dtype = inputs.k.storage
+    if opts.bias is not None and opts.bias.storage != code:
+        args.bias_dtype = opts.bias.storage
+    grad_code = _arrays.TYPE_CODES.get(grad_dtype, grad_dtype) if grad_dtype is not None else 0
+    if isinstance(grad_code, str):
+        raise Error(_abi.SDPA_ERR_BAD_DTYPE, "%s: grad_dtype %r is neither None nor 'float32'" % (who, grad_dtype))
+    args.grad_dtype = int(grad_code)
     args.q = _arrays.tensor(inputs.qv, who, "q")
     args.k = _arrays.tensor(inputs.kv, who, "k")
     args.v = _arrays.tensor(inputs.vv, who, "v")
-    dout_a = _arrays.take(dout, who, "dout")
-    out_a = _arrays.take(out, who, "out")
+    dout_a = _arrays.take(dout, who, "dout", storage=storage)
+    out_a = _arrays.take(out, who, "out", storage=storage)
     lse_a = _arrays.take(lse, who, "lse")
-    for name, arr in (("dout", dout_a), ("out", out_a), ("lse", lse_a), ("k", inputs.k)):
-        if arr.storage != code:
+    for name, arr, want in (("dout", dout_a, code), ("out", out_a, code), ("lse", lse_a, inputs.compute)):
+        if arr.storage != want:
             raise Error(
                 _abi.SDPA_ERR_BAD_DTYPE,
-                "%s: %s is %s and q %s; a backward call has one dtype"
-                % (who, name, _arrays.TYPE_NAMES[arr.storage], _arrays.TYPE_NAMES[code]),
+                "%s: %s is %s; this call reads it as %s (q is %s)"
+                % (who, name, _arrays.TYPE_NAMES[arr.storage], _arrays.TYPE_NAMES[want], _arrays.TYPE_NAMES[code]),
             )
     args.dout = _arrays.tensor(logical(dout_a.a, layout, who, "dout"), who, "dout")
     args.out = _arrays.tensor(logical(out_a.a, layout, who, "out"), who, "out")
@@ -284,12 +311,14 @@ def attention_backward(
     dv_ = inputs.v4.shape[3]
     opts.fill(args, n, hq)
     grads = {}
-    grads["dq"] = Output(dq, inputs.shape(n, hq, tq, dk_), code, who, "dq", layout=layout)
+    q_grad = grad_code or code
+    kv_grad = grad_code or inputs.k.storage
+    grads["dq"] = Output(dq, inputs.shape(n, hq, tq, dk_), q_grad, who, "dq", layout=layout)
     k_rank = inputs.kv.ndim
     nk = _broadcast_extent(inputs.k4, 0)
     nv = _broadcast_extent(inputs.v4, 0)
-    grads["dk"] = Output(dk, (nk, hkv, tk, dk_)[4 - k_rank :], code, who, "dk", layout=layout)
-    grads["dv"] = Output(dv, (nv, hkv, tk, dv_)[4 - inputs.vv.ndim :], code, who, "dv", layout=layout)
+    grads["dk"] = Output(dk, (nk, hkv, tk, dk_)[4 - k_rank :], kv_grad, who, "dk", layout=layout)
+    grads["dv"] = Output(dv, (nv, hkv, tk, dv_)[4 - inputs.vv.ndim :], kv_grad, who, "dv", layout=layout)
     args.dq = grads["dq"].tensor
     args.dk = grads["dk"].tensor
     args.dv = grads["dv"].tensor
@@ -299,7 +328,7 @@ def attention_backward(
         b = opts.bias.a
         b4 = _arrays.as_rank4(b)
         shape = tuple(_broadcast_extent(b4, d) for d in range(4))[4 - b.ndim :]
-        grads["dbias"] = Output(dbias, shape, code, who, "dbias")
+        grads["dbias"] = Output(dbias, shape, inputs.compute, who, "dbias")
         args.dbias = grads["dbias"].tensor
     if dsinks is not False and dsinks is not None:
         given = None if dsinks is True else dsinks

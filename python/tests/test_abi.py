@@ -72,16 +72,18 @@ def test_struct_layout_is_the_headers(c_values, struct):
 
 
 def test_struct_sizes_of_docs_abi():
-    # docs/ABI.md's numbers: 936 and 976 bytes since 1.2, the merge's 184
+    # docs/ABI.md's numbers: 936 and 992 bytes since 1.2, the merge's 184
     # and the backward layer's 296 (LP64).
     assert ctypes.sizeof(_abi.sdpa_forward_args) == 936
-    assert ctypes.sizeof(_abi.sdpa_backward_args) == 976
+    assert ctypes.sizeof(_abi.sdpa_backward_args) == 992
     assert ctypes.sizeof(_abi.sdpa_merge_args) == 184
     assert ctypes.sizeof(_abi.sdpa_mha_backward_args) == 296
     assert ctypes.sizeof(_abi.sdpa_tensor) == 72
     assert ctypes.sizeof(_abi.sdpa_allocator) == 32
     assert _abi.sdpa_forward_args.seqs.offset == 912
     assert _abi.sdpa_backward_args.seqs.offset == 952
+    assert _abi.sdpa_backward_args.kv_dtype.offset == 976
+    assert _abi.sdpa_backward_args.grad_dtype.offset == 984
 
 
 def test_constants_are_the_headers(c_values):

@@ -139,3 +139,30 @@ def test_merge_errors(rng):
         sdpa.merge([], [])
     assert e.value.name == "SDPA_ERR_BAD_DIM"
     assert np.all(out == 5.0)
+
+
+@pytest.mark.parametrize("storage", ["float16", "bfloat16"])
+def test_half_storage_backward(rng, storage):
+    q, k, v = random_qkv(rng, dtype=np.float32)
+    dout = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    # The half inputs and their exact float32 values.
+    qh, kh, vh, douth = (sdpa.convert(x, storage) for x in (q, k, v, dout))
+    q32, k32, v32, dout32 = (sdpa.convert(x, "float32", storage="bfloat16") for x in (qh, kh, vh, douth))
+    with sdpa.Context() as ctx:
+        fwd = sdpa.attention(qh, kh, vh, lse=True, causal=True, storage="bfloat16", ctx=ctx)
+        out32 = sdpa.convert(fwd.out, "float32", storage="bfloat16")
+        g32 = sdpa.attention_backward(
+            douth, qh, kh, vh, fwd.out, fwd.lse, causal=True, storage="bfloat16", grad_dtype="float32", ctx=ctx
+        )
+        want = sdpa.attention_backward(dout32, q32, k32, v32, out32, fwd.lse, causal=True, ctx=ctx)
+        gh = sdpa.attention_backward(douth, qh, kh, vh, fwd.out, fwd.lse, causal=True, storage="bfloat16", ctx=ctx)
+    # float32 gradients: the bits of the float32 backward on the widened inputs.
+    for name in ("dq", "dk", "dv"):
+        assert getattr(g32, name).dtype == np.float32
+        assert np.array_equal(getattr(g32, name), getattr(want, name)), name
+        # In the storage type: those bits rounded once.
+        half = getattr(gh, name)
+        assert half.dtype == (np.float16 if storage == "float16" else np.uint16)
+        assert np.array_equal(half.view(np.uint16), sdpa.convert(getattr(want, name), storage).view(np.uint16)), name
+    ref_g = ref.attention_grads(q32, k32, v32, dout32, causal=ref.TOP_LEFT)
+    np.testing.assert_allclose(g32.dq, ref_g["dq"], atol=5e-2 if storage == "bfloat16" else 5e-3)
