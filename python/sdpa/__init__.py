@@ -30,6 +30,7 @@ __all__ = [
     "attention_backward",
     "convert",
     "default_context",
+    "library_found_by",
     "library_path",
     "library_version",
     "merge",

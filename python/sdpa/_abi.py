@@ -2,7 +2,7 @@
 
 Every structure, field and constant here has the name and order it has in
 the header (without the sdpa_ / SDPA_ prefix where Python has a module for
-it). The test tests/test_abi.py compiles a C program against the header
+it). The test python/tests/test_abi.py compiles a C program against the header
 that prints sizeof, offsetof and the constants' values, and compares them
 with these declarations: a field appended to the header without its
 counterpart here, or a renamed one, fails it.
@@ -22,7 +22,7 @@ from ctypes import (
 )
 
 # The release this package was written for: SDPA_VERSION_NUMBER of
-# include/sdpa.h (tests/test_abi.py checks that they agree). An older
+# include/sdpa.h (python/tests/test_abi.py checks that they agree). An older
 # library lacks fields and functions used here and is refused.
 HEADER_VERSION_NUMBER = 10100
 
