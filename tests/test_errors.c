@@ -1279,8 +1279,8 @@ static void test_kernel_environment(void **state)
 static void test_status_strings(void **state)
 {
     (void)state;
-    const char *s[SDPA_ERR_BUSY + 1];
-    for (int i = 0; i <= SDPA_ERR_BUSY; ++i) {
+    const char *s[SDPA_ERR_BAD_DROPOUT + 1];
+    for (int i = 0; i <= SDPA_ERR_BAD_DROPOUT; ++i) {
         s[i] = sdpa_status_string(i);
         assert_non_null(s[i]);
         assert_true(strlen(s[i]) > 0);
@@ -1290,13 +1290,13 @@ static void test_status_strings(void **state)
                 fail();
             }
     }
-    static const int unknown[] = {12345, -1, SDPA_ERR_BUSY + 1, INT_MAX,
+    static const int unknown[] = {12345, -1, SDPA_ERR_BAD_DROPOUT + 1, INT_MAX,
                                   INT_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; ++i) {
         const char *u = sdpa_status_string(unknown[i]);
         assert_non_null(u);
         assert_non_null(strstr(u, "unknown"));
-        for (int j = 0; j <= SDPA_ERR_BUSY; ++j)
+        for (int j = 0; j <= SDPA_ERR_BAD_DROPOUT; ++j)
             assert_true(strcmp(u, s[j]) != 0);
     }
     const char *m = sdpa_ctx_last_error(NULL);

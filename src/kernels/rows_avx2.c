@@ -20,6 +20,77 @@
  * rule). */
 #define ROW_KERNELS sdpa_rows_avx2
 
+/* Philox4x32-10 (philox.h) on 8 counters at once, for the dropout kernel:
+ * (hi, lo) of the 32×32-bit products a·m, lane by lane (m the same in
+ * every lane), from the even and the odd lanes' 64-bit products. */
+static inline void philox_mulhilo_avx2(__m256i a, __m256i m, __m256i *hi,
+                                       __m256i *lo)
+{
+    __m256i even = _mm256_mul_epu32(a, m);
+    __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+
+/* The words of `blocks` blocks of a row from block `block` on, in key
+ * order (block b's 4 words at out[4b]), 8 blocks at a time (so up to 7
+ * blocks more than asked): lane l computes block + l, then a 4 × 8
+ * transpose puts each block's words together. */
+static void philox_words_avx2(uint32_t *out, const sdpa_dropout_row *row,
+                              uint32_t block, int64_t blocks)
+{
+    const __m256i m0 = _mm256_set1_epi32((int)SDPA_PHILOX_M0);
+    const __m256i m1 = _mm256_set1_epi32((int)SDPA_PHILOX_M1);
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t b = 0; b < blocks; b += 8, out += 32) {
+        __m256i c0 = _mm256_add_epi32(
+            _mm256_set1_epi32((int)(block + (uint32_t)b)), lanes);
+        __m256i c1 = _mm256_set1_epi32((int)row->row);
+        __m256i c2 = _mm256_set1_epi32((int)row->stream[0]);
+        __m256i c3 = _mm256_set1_epi32((int)row->stream[1]);
+        uint32_t k0 = row->key[0], k1 = row->key[1];
+        for (int r = 0; r < SDPA_PHILOX_ROUNDS; r++) {
+            __m256i hi0, lo0, hi1, lo1;
+            philox_mulhilo_avx2(c0, m0, &hi0, &lo0);
+            philox_mulhilo_avx2(c2, m1, &hi1, &lo1);
+            c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1),
+                                  _mm256_set1_epi32((int)k0));
+            c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3),
+                                  _mm256_set1_epi32((int)k1));
+            c1 = lo1;
+            c3 = lo0;
+            k0 += SDPA_PHILOX_W0;
+            k1 += SDPA_PHILOX_W1;
+        }
+        /* 128-bit lane q of e, f, g, h: blocks 4q, 4q + 1, 4q + 2, 4q + 3 */
+        __m256i a = _mm256_unpacklo_epi32(c0, c1);
+        __m256i bb = _mm256_unpackhi_epi32(c0, c1);
+        __m256i c = _mm256_unpacklo_epi32(c2, c3);
+        __m256i d = _mm256_unpackhi_epi32(c2, c3);
+        __m256i e = _mm256_unpacklo_epi64(a, c);
+        __m256i f = _mm256_unpackhi_epi64(a, c);
+        __m256i g = _mm256_unpacklo_epi64(bb, d);
+        __m256i h = _mm256_unpackhi_epi64(bb, d);
+        __m256i *dst = (__m256i *)(void *)out;
+        _mm256_storeu_si256(dst, _mm256_permute2x128_si256(e, f, 0x20));
+        _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(g, h, 0x20));
+        _mm256_storeu_si256(dst + 2, _mm256_permute2x128_si256(e, f, 0x31));
+        _mm256_storeu_si256(dst + 3, _mm256_permute2x128_si256(g, h, 0x31));
+    }
+}
+#define PHILOX_LANES 8
+#define PHILOX_WORDS(out, row, block, blocks)                                  \
+    philox_words_avx2(out, row, block, blocks)
+
+/* The lanes whose Philox word (unsigned) reaches the threshold, all-ones:
+ * signed compares of the words with their top bit flipped. */
+static inline __m256i philox_drops_avx2(__m256i words, uint32_t threshold)
+{
+    const __m256i top = _mm256_set1_epi32(INT32_MIN);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(threshold ^ 0x80000000u)),
+                              _mm256_xor_si256(words, top));
+}
+
 /* ---- float: 8 lanes ---- */
 #define T float
 #define SUF f32
@@ -64,6 +135,13 @@ static inline __m256 mask_forbids_f32(const uint8_t *p, bool nonzero_allows)
     return _mm256_castsi256_ps(_mm256_xor_si256(zero, flip));
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f32(p, nonzero_allows)
+static inline __m256 keep_mask_f32(const uint32_t *w, uint32_t threshold)
+{
+    __m256i words = _mm256_loadu_si256((const __m256i *)(const void *)w);
+    return _mm256_castsi256_ps(_mm256_xor_si256(
+        philox_drops_avx2(words, threshold), _mm256_set1_epi32(-1)));
+}
+#define KEEP_MASK(w, threshold) keep_mask_f32(w, threshold)
 /* 8 of the 16 registers hold accumulators, the rest the operands (key or
  * value vectors, a query or weight vector): nothing spills. */
 #define ACC_VECS 8
@@ -179,6 +257,16 @@ static inline __m256d mask_forbids_f64(const uint8_t *p, bool nonzero_allows)
     return _mm256_castsi256_pd(_mm256_xor_si256(zero, flip));
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f64(p, nonzero_allows)
+static inline __m256d keep_mask_f64(const uint32_t *w, uint32_t threshold)
+{
+    __m128i words = _mm_loadu_si128((const __m128i *)(const void *)w);
+    __m128i drops =
+        _mm_cmpgt_epi32(_mm_set1_epi32((int)(threshold ^ 0x80000000u)),
+                        _mm_xor_si128(words, _mm_set1_epi32(INT32_MIN)));
+    return _mm256_castsi256_pd(
+        _mm256_xor_si256(_mm256_cvtepi32_epi64(drops), _mm256_set1_epi64x(-1)));
+}
+#define KEEP_MASK(w, threshold) keep_mask_f64(w, threshold)
 #define ACC_VECS 8
 static inline __m256i first_lanes_f64(int n)
 {

@@ -22,6 +22,71 @@
  * rule). */
 #define ROW_KERNELS sdpa_rows_avx512
 
+/* Philox4x32-10 (philox.h) on 16 counters at once, as rows_avx2.c does
+ * on 8: (hi, lo) of a·m lane by lane from the even and odd lanes'
+ * 64-bit products. */
+static inline void philox_mulhilo_avx512(__m512i a, __m512i m, __m512i *hi,
+                                         __m512i *lo)
+{
+    __m512i even = _mm512_mul_epu32(a, m);
+    __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+}
+
+/* The words of `blocks` blocks from block `block` on, in key order, 16
+ * blocks at a time: lane l computes block + l, then a 4 × 16 transpose. */
+static void philox_words_avx512(uint32_t *out, const sdpa_dropout_row *row,
+                                uint32_t block, int64_t blocks)
+{
+    const __m512i m0 = _mm512_set1_epi32((int)SDPA_PHILOX_M0);
+    const __m512i m1 = _mm512_set1_epi32((int)SDPA_PHILOX_M1);
+    const __m512i lanes =
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t b = 0; b < blocks; b += 16, out += 64) {
+        __m512i c0 = _mm512_add_epi32(
+            _mm512_set1_epi32((int)(block + (uint32_t)b)), lanes);
+        __m512i c1 = _mm512_set1_epi32((int)row->row);
+        __m512i c2 = _mm512_set1_epi32((int)row->stream[0]);
+        __m512i c3 = _mm512_set1_epi32((int)row->stream[1]);
+        uint32_t k0 = row->key[0], k1 = row->key[1];
+        for (int r = 0; r < SDPA_PHILOX_ROUNDS; r++) {
+            __m512i hi0, lo0, hi1, lo1;
+            philox_mulhilo_avx512(c0, m0, &hi0, &lo0);
+            philox_mulhilo_avx512(c2, m1, &hi1, &lo1);
+            c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)k0),
+                                           0x96); /* a ^ b ^ c */
+            c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32((int)k1),
+                                           0x96);
+            c1 = lo1;
+            c3 = lo0;
+            k0 += SDPA_PHILOX_W0;
+            k1 += SDPA_PHILOX_W1;
+        }
+        /* 128-bit lane q of e, f, g, h: blocks q, q + 4, q + 8, q + 12 of
+         * e's 4q.. (e: 0, 4, 8, 12; f: 1, 5, 9, 13; g: 2, ..; h: 3, ..) */
+        __m512i a = _mm512_unpacklo_epi32(c0, c1);
+        __m512i bb = _mm512_unpackhi_epi32(c0, c1);
+        __m512i c = _mm512_unpacklo_epi32(c2, c3);
+        __m512i d = _mm512_unpackhi_epi32(c2, c3);
+        __m512i e = _mm512_unpacklo_epi64(a, c);
+        __m512i f = _mm512_unpackhi_epi64(a, c);
+        __m512i g = _mm512_unpacklo_epi64(bb, d);
+        __m512i h = _mm512_unpackhi_epi64(bb, d);
+        __m512i t0 = _mm512_shuffle_i32x4(e, f, 0x44); /* 0, 4, 1, 5 */
+        __m512i t1 = _mm512_shuffle_i32x4(g, h, 0x44); /* 2, 6, 3, 7 */
+        __m512i t2 = _mm512_shuffle_i32x4(e, f, 0xEE); /* 8, 12, 9, 13 */
+        __m512i t3 = _mm512_shuffle_i32x4(g, h, 0xEE); /* 10, 14, 11, 15 */
+        _mm512_storeu_si512(out, _mm512_shuffle_i32x4(t0, t1, 0x88));
+        _mm512_storeu_si512(out + 16, _mm512_shuffle_i32x4(t0, t1, 0xDD));
+        _mm512_storeu_si512(out + 32, _mm512_shuffle_i32x4(t2, t3, 0x88));
+        _mm512_storeu_si512(out + 48, _mm512_shuffle_i32x4(t2, t3, 0xDD));
+    }
+}
+#define PHILOX_LANES 16
+#define PHILOX_WORDS(out, row, block, blocks)                                  \
+    philox_words_avx512(out, row, block, blocks)
+
 /* ---- float: 16 lanes ---- */
 #define T float
 #define SUF f32
@@ -64,6 +129,9 @@ static inline __mmask16 mask_forbids_f32(const uint8_t *p, bool nonzero_allows)
                           : _mm_cmpneq_epi8_mask(bytes, _mm_setzero_si128());
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f32(p, nonzero_allows)
+#define KEEP_MASK(w, threshold)                                                \
+    _mm512_cmpge_epu32_mask(_mm512_loadu_si512(w),                             \
+                            _mm512_set1_epi32((int)(threshold)))
 /* 16 of the 32 registers hold accumulators, the rest the operands. */
 #define ACC_VECS 16
 /* The first n (< 16) lanes: masked loads read (and stores write) only
@@ -191,6 +259,10 @@ static inline __mmask8 mask_forbids_f64(const uint8_t *p, bool nonzero_allows)
     return (__mmask8)(lanes & 0xFF); /* the upper 8 bytes are not ours */
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f64(p, nonzero_allows)
+#define KEEP_MASK(w, threshold)                                                \
+    _mm256_cmpge_epu32_mask(                                                   \
+        _mm256_loadu_si256((const __m256i *)(const void *)(w)),                \
+        _mm256_set1_epi32((int)(threshold)))
 #define ACC_VECS 16
 #define FIRST_LANES_8(n) ((__mmask8)((1u << (n)) - 1))
 #define VLOAD_PART(p, n) _mm512_maskz_loadu_pd(FIRST_LANES_8(n), p)

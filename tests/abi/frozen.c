@@ -51,6 +51,7 @@ FROZEN(SDPA_ERR_OFFSETS_START, 29);
 FROZEN(SDPA_ERR_OFFSETS_ORDER, 30);
 FROZEN(SDPA_ERR_OFFSETS_END, 31);
 FROZEN(SDPA_ERR_BUSY, 32);
+FROZEN(SDPA_ERR_BAD_DROPOUT, 33);
 
 /* Option ids and their values. */
 FROZEN(SDPA_OPT_EMPTY_ROWS, 1);
@@ -143,6 +144,11 @@ OFFSET(sdpa_forward_args, seqs, 912);
 OFFSET(sdpa_forward_args, q_offsets, 920);
 OFFSET(sdpa_forward_args, kv_offsets, 928);
 MIN_SIZE(sdpa_forward_args, 936);
+/* appended in 1.2: dropout */
+OFFSET(sdpa_forward_args, dropout_p, 936);
+OFFSET(sdpa_forward_args, dropout_seed, 944);
+OFFSET(sdpa_forward_args, dropout_offset, 952);
+MIN_SIZE(sdpa_forward_args, 960);
 /* new in 1.1 */
 OFFSET(sdpa_backward_args, struct_size, 0);
 MIN_SIZE(sdpa_backward_args, 952);
@@ -151,6 +157,11 @@ OFFSET(sdpa_backward_args, seqs, 952);
 OFFSET(sdpa_backward_args, q_offsets, 960);
 OFFSET(sdpa_backward_args, kv_offsets, 968);
 MIN_SIZE(sdpa_backward_args, 976);
+/* appended in 1.2: dropout */
+OFFSET(sdpa_backward_args, dropout_p, 976);
+OFFSET(sdpa_backward_args, dropout_seed, 984);
+OFFSET(sdpa_backward_args, dropout_offset, 992);
+MIN_SIZE(sdpa_backward_args, 1000);
 OFFSET(sdpa_merge_args, struct_size, 0);
 MIN_SIZE(sdpa_merge_args, 184);
 OFFSET(sdpa_mha_args, struct_size, 0);

@@ -97,6 +97,9 @@ void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x);
         (dst).window_right = (src).window_right;                               \
         (dst).alibi_slopes = (src).alibi_slopes;                               \
         (dst).sinks = (src).sinks;                                             \
+        (dst).dropout_p = (src).dropout_p;                                     \
+        (dst).dropout_seed = (src).dropout_seed;                               \
+        (dst).dropout_offset = (src).dropout_offset;                           \
     } while (0)
 /* The sdpa_backward_args of the same problem (no gradient outputs yet). */
 sdpa_backward_args tp_backward_of(const sdpa_forward_args *a);
