@@ -495,7 +495,7 @@ typedef struct sdpa_tensor {
  * rounds, multipliers 0xD2511F53 and 0xCD9E8D57, key bumps 0x9E3779B9 and
  * 0xBB67AE85). Successive calls with one seed should advance
  * dropout_offset by at least N·Hq (PyTorch's Philox offset) so that their
- * masks are independent. Tq must be below 2^32 with dropout. sdpa_merge
+ * masks are independent. Dropout needs Tq < 2^32 and Tk < 2^34. sdpa_merge
  * combines dropped partial outputs unchanged (they are linear in the
  * weights). */
 typedef struct sdpa_forward_args {

@@ -673,6 +673,20 @@ static void test_bad_softcap(void **state)
          NEEDLES("softcap", "float32"), f->a.softcap = 1e-300);
 }
 
+static void test_bad_dropout(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_DROPOUT, NEEDLES("dropout_p", "[0, 1)"),
+         f->a.dropout_p = -0.5);
+    CASE(SDPA_ERR_BAD_DROPOUT, NEEDLES("dropout_p", "[0, 1)"),
+         f->a.dropout_p = 1.0);
+    CASE(SDPA_ERR_BAD_DROPOUT, NEEDLES("dropout_p"), f->a.dropout_p = NAN);
+    CASE(SDPA_ERR_BAD_DROPOUT, NEEDLES("dropout_p"), f->a.dropout_p = INFINITY);
+    CASE(SDPA_OK, NULL, f->a.dropout_p = 0.5; f->a.dropout_seed = 7);
+    CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_DROPOUT : SDPA_OK,
+         NEEDLES("dropout_p", "rounds to 1"), f->a.dropout_p = 1 - 1e-12);
+}
+
 static void test_head_grouping(void **state)
 {
     fx *f = *state;
@@ -1335,6 +1349,7 @@ int main(void)
         TP_BOTH_NAMED(test_work_overflow, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_scale, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_softcap, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_dropout, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_head_grouping, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_kv_len, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_causal, fx_setup, fx_teardown),
