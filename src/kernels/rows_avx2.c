@@ -20,65 +20,69 @@
  * rule). */
 #define ROW_KERNELS sdpa_rows_avx2
 
-/* Philox4x32-10 (philox.h) on 8 counters at once, for the dropout kernel:
- * (hi, lo) of the 32×32-bit products a·m, lane by lane (m the same in
- * every lane), from the even and the odd lanes' 64-bit products. */
-static inline void philox_mulhilo_avx2(__m256i a, __m256i m, __m256i *hi,
-                                       __m256i *lo)
-{
-    __m256i even = _mm256_mul_epu32(a, m);
-    __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-}
+/* Philox4x32-10 (philox.h) for the dropout kernel, 4 counters a vector:
+ * each word in the low half of a 64-bit lane, where vpmuludq takes its
+ * operand and leaves the whole product (the low word in place, the high
+ * one a shift away); the high halves hold garbage no step reads.
+ * PHILOX_VECS vectors at once: one round is a chain of dependent steps,
+ * so independent counters keep the units busy (rows_avx512.c has the
+ * measurements). */
+enum { PHILOX_VECS = 4 };
 
 /* The words of `blocks` blocks of a row from block `block` on, in key
- * order (block b's 4 words at out[4b]), 8 blocks at a time (so up to 7
- * blocks more than asked): lane l computes block + l, then a 4 × 8
- * transpose puts each block's words together. */
+ * order (block b's 4 words at out[4b]), 4·PHILOX_VECS blocks at a time
+ * (so up to that many minus one more than asked). */
 static void philox_words_avx2(uint32_t *out, const sdpa_dropout_row *row,
                               uint32_t block, int64_t blocks)
 {
-    const __m256i m0 = _mm256_set1_epi32((int)SDPA_PHILOX_M0);
-    const __m256i m1 = _mm256_set1_epi32((int)SDPA_PHILOX_M1);
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int64_t b = 0; b < blocks; b += 8, out += 32) {
-        __m256i c0 = _mm256_add_epi32(
-            _mm256_set1_epi32((int)(block + (uint32_t)b)), lanes);
-        __m256i c1 = _mm256_set1_epi32((int)row->row);
-        __m256i c2 = _mm256_set1_epi32((int)row->stream[0]);
-        __m256i c3 = _mm256_set1_epi32((int)row->stream[1]);
+    const __m256i m0 = _mm256_set1_epi64x(SDPA_PHILOX_M0);
+    const __m256i m1 = _mm256_set1_epi64x(SDPA_PHILOX_M1);
+    const __m256i lanes = _mm256_setr_epi64x(0, 1, 2, 3);
+    for (int64_t b = 0; b < blocks; b += 4 * PHILOX_VECS) {
+        __m256i c0[PHILOX_VECS], c1[PHILOX_VECS], c2[PHILOX_VECS],
+            c3[PHILOX_VECS];
+        for (int u = 0; u < PHILOX_VECS; u++) {
+            c0[u] = _mm256_add_epi64(
+                _mm256_set1_epi64x((int64_t)block + b + 4 * u), lanes);
+            c1[u] = _mm256_set1_epi64x(row->row);
+            c2[u] = _mm256_set1_epi64x(row->stream[0]);
+            c3[u] = _mm256_set1_epi64x(row->stream[1]);
+        }
         uint32_t k0 = row->key[0], k1 = row->key[1];
         for (int r = 0; r < SDPA_PHILOX_ROUNDS; r++) {
-            __m256i hi0, lo0, hi1, lo1;
-            philox_mulhilo_avx2(c0, m0, &hi0, &lo0);
-            philox_mulhilo_avx2(c2, m1, &hi1, &lo1);
-            c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1),
-                                  _mm256_set1_epi32((int)k0));
-            c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3),
-                                  _mm256_set1_epi32((int)k1));
-            c1 = lo1;
-            c3 = lo0;
+            const __m256i vk0 = _mm256_set1_epi64x(k0);
+            const __m256i vk1 = _mm256_set1_epi64x(k1);
+            for (int u = 0; u < PHILOX_VECS; u++) {
+                __m256i p0 = _mm256_mul_epu32(c0[u], m0);
+                __m256i p1 = _mm256_mul_epu32(c2[u], m1);
+                c0[u] = _mm256_xor_si256(
+                    _mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[u]), vk0);
+                c2[u] = _mm256_xor_si256(
+                    _mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[u]), vk1);
+                c1[u] = p1;
+                c3[u] = p0;
+            }
             k0 += SDPA_PHILOX_W0;
             k1 += SDPA_PHILOX_W1;
         }
-        /* 128-bit lane q of e, f, g, h: blocks 4q, 4q + 1, 4q + 2, 4q + 3 */
-        __m256i a = _mm256_unpacklo_epi32(c0, c1);
-        __m256i bb = _mm256_unpackhi_epi32(c0, c1);
-        __m256i c = _mm256_unpacklo_epi32(c2, c3);
-        __m256i d = _mm256_unpackhi_epi32(c2, c3);
-        __m256i e = _mm256_unpacklo_epi64(a, c);
-        __m256i f = _mm256_unpackhi_epi64(a, c);
-        __m256i g = _mm256_unpacklo_epi64(bb, d);
-        __m256i h = _mm256_unpackhi_epi64(bb, d);
-        __m256i *dst = (__m256i *)(void *)out;
-        _mm256_storeu_si256(dst, _mm256_permute2x128_si256(e, f, 0x20));
-        _mm256_storeu_si256(dst + 1, _mm256_permute2x128_si256(g, h, 0x20));
-        _mm256_storeu_si256(dst + 2, _mm256_permute2x128_si256(e, f, 0x31));
-        _mm256_storeu_si256(dst + 3, _mm256_permute2x128_si256(g, h, 0x31));
+        for (int u = 0; u < PHILOX_VECS; u++, out += 16) {
+            /* 64-bit lane l: words 0, 1 of block l, and words 2, 3 */
+            __m256i w01 =
+                _mm256_blend_epi32(c0[u], _mm256_slli_epi64(c1[u], 32), 0xAA);
+            __m256i w23 =
+                _mm256_blend_epi32(c2[u], _mm256_slli_epi64(c3[u], 32), 0xAA);
+            /* 128-bit lanes: blocks 0, 2 and 1, 3 */
+            __m256i even = _mm256_unpacklo_epi64(w01, w23);
+            __m256i odd = _mm256_unpackhi_epi64(w01, w23);
+            __m256i *dst = (__m256i *)(void *)out;
+            _mm256_storeu_si256(dst,
+                                _mm256_permute2x128_si256(even, odd, 0x20));
+            _mm256_storeu_si256(dst + 1,
+                                _mm256_permute2x128_si256(even, odd, 0x31));
+        }
     }
 }
-#define PHILOX_LANES 8
+#define PHILOX_LANES (4 * PHILOX_VECS)
 #define PHILOX_WORDS(out, row, block, blocks)                                  \
     philox_words_avx2(out, row, block, blocks)
 

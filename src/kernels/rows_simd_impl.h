@@ -594,7 +594,8 @@ static void KERNEL_NAME(narrow)(const T *src, int type, void *dst, int64_t n)
     NAME(scalar_narrow)(src, type, dst, i, n);
 }
 
-/* rows.h: dropout. Stretches of up to DROPOUT_STRETCH keys: their Philox
+/* rows.h: dropout. Stretches of up to DROPOUT_STRETCH keys (a multiple of
+ * PHILOX_LANES blocks of 4): their Philox
  * words in key order from PHILOX_WORDS (the ISA file's rounds on
  * PHILOX_LANES counters at once), then the mask and the products W lanes
  * at a time, the stretch's tail by the scalar code (the same operations,
@@ -605,9 +606,12 @@ static void KERNEL_NAME(dropout)(T *x, int64_t n, const sdpa_dropout_row *row,
 {
     uint32_t words[DROPOUT_STRETCH + 4 * PHILOX_LANES];
     const VT vc = VSET1(c), vd = VSET1(d);
-    for (int64_t j0 = 0; j0 < n; j0 += DROPOUT_STRETCH) {
-        const int64_t m = n - j0 < DROPOUT_STRETCH ? n - j0 : DROPOUT_STRETCH;
+    for (int64_t j0 = 0, m; j0 < n; j0 += m) {
+        /* whole blocks from the first one on: every stretch after the
+         * first starts a block, and none draws a block it does not use
+         * beyond the last group's */
         const int64_t first = key + j0, off = first % 4;
+        m = n - j0 < DROPOUT_STRETCH - off ? n - j0 : DROPOUT_STRETCH - off;
         PHILOX_WORDS(words, row, (uint32_t)(first / 4), (off + m + 3) / 4);
         const uint32_t *w = words + off;
         T *xs = x + j0, *gs = g ? g + j0 : NULL;
