@@ -108,7 +108,8 @@ sdpa_backward_args tp_backward_of(const sdpa_forward_args *a);
  * as the rectangular call of its own views, cut by the header's rules:
  * q, out, lse, dout and dq its rows [q_offsets[b], q_offsets[b + 1]); k,
  * v, dk and dv its packed rows [kv_offsets[b], kv_offsets[b + 1]) or item
- * b (without kv_offsets); kv_lens its entry; the ragged fields 0. A
+ * b (without kv_offsets); kv_lens its entry; the ragged fields 0;
+ * dropout_offset moved by b·Hq (the sequence draws as batch item b). A
  * sequence without packed keys gets one key row and kv_lens 0 (the
  * nearest rectangular call: its rows see no key). */
 sdpa_backward_args tp_ragged_sequence(const sdpa_backward_args *a, int64_t b);

@@ -122,6 +122,7 @@ void ref_free(ref_result *r)
     free(r->lse);
     free(r->logits);
     free(r->allowed);
+    free(r->probs);
     memset(r, 0, sizeof *r);
 }
 
@@ -129,8 +130,9 @@ void ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
                      size_t row, long double *top, long double *entropy)
 {
     long double m = 0, e = 0;
+    const long double *p = r->probs ? r->probs : r->weights;
     for (int64_t j = 0; j < r->tk; j++) {
-        long double w = r->weights[row * (size_t)r->tk + (size_t)j];
+        long double w = p[row * (size_t)r->tk + (size_t)j];
         m = w > m ? w : m;
         if (w > 0)
             e -= w * logl(w);
@@ -184,8 +186,11 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
     r->lse = calloc(rows, sizeof(long double));
     r->logits = calloc(rows * (size_t)Tk, sizeof(long double));
     r->allowed = calloc(rows * (size_t)Tk, 1);
+    if (a->dropout_p > 0)
+        r->probs = calloc(rows * (size_t)Tk, sizeof(long double));
     long double *s = calloc((size_t)Tk, sizeof(long double));
-    if (!r->out || !r->weights || !r->lse || !r->logits || !r->allowed || !s) {
+    if (!r->out || !r->weights || !r->lse || !r->logits || !r->allowed || !s ||
+        (a->dropout_p > 0 && !r->probs)) {
         free(s);
         ref_free(r);
         return -1;
@@ -303,6 +308,8 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                     if (!ok[j])
                         continue;
                     long double p = expl(s[j] - m) / sum;
+                    if (r->probs)
+                        r->probs[row * (size_t)Tk + (size_t)j] = p;
                     if (a->dropout_p > 0)
                         p *= ref_dropout_keep(a, b, h, i, j) ? drop_c : 0.0L;
                     w[j] = p;

@@ -31,6 +31,9 @@ typedef struct ref_result {
     /* [N, Hq, Tq, Tk]: 1 when key j is allowed for the row, 0 when forbidden.
      */
     unsigned char *allowed;
+    /* With dropout (1.2) only, else NULL: the undropped weights p_ij, of
+     * which lse, max_weight and entropy speak ([N, Hq, Tq, Tk]). */
+    long double *probs;
     /* Largest |logit| bound over allowed entries: scale * sum_r |q_r k_r|
      * (before softcap) plus |bias|; used to derive rounding tolerances. */
     long double logit_absmax;
@@ -67,11 +70,10 @@ int ref_dropout_keep(const sdpa_forward_args *a, int64_t b, int64_t h,
                      int64_t i, int64_t j);
 long double ref_dropout_scale(int dtype, double p);
 
-/* The largest weight and the entropy of `row` (of head h) from r's weights
- * (a reference without dropout: with it, the weights are the dropped ones)
- * and lse: max_j p_j and -Σ_j p_j log p_j; with sinks the sink's share
- * exp(sigma_h - lse) is one more outcome. A row with no allowed key and
- * no sink reports 0 and 0. */
+/* The largest weight and the entropy of `row` (of head h) from r's
+ * undropped weights (probs with dropout, else weights) and lse: max_j p_j and
+ * -Σ_j p_j log p_j; with sinks the sink's share exp(sigma_h - lse) is one more
+ * outcome. A row with no allowed key and no sink reports 0 and 0. */
 void ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
                      size_t row, long double *top, long double *entropy);
 
