@@ -732,7 +732,7 @@ static void test_backward(void **state)
         c.seed = 1234 + (uint64_t)variant;
         c.offset = 99;
         case_options(&c, variant);
-        c.mask = 0; /* masked tiles: the forward's tests */
+        /* variant 3: a mask (dead keys in the tiles) */
         bwd_inst s;
         bwd_make(&s, &c, 700 + (uint64_t)variant);
         assert_int_equal(sdpa_forward(ctx, &s.f.a), SDPA_OK);

@@ -152,6 +152,10 @@ static void describe(const sdpa_backward_args *a)
                 g.use_kvlens ? "yes" : "no", a->alibi_slopes != NULL,
                 a->sinks != NULL, a->dsinks != NULL,
                 (long long)fz_opt.empty_zero, (long long)fz_opt.threads);
+    if (a->dropout_p != 0)
+        fz_describe(" dropout=%g seed=%llu offset=%llu", a->dropout_p,
+                    (unsigned long long)a->dropout_seed,
+                    (unsigned long long)a->dropout_offset);
     for (int t = 0; t < T_COUNT; t++)
         if (g_t[t].present)
             fz_describe(

@@ -497,10 +497,6 @@ static void run_huge(void)
     memset(small_mem, 0, sizeof small_mem);
     int lg_present, stage;
     decode_logits(&lg_present, &stage);
-    int drop_bad;
-    const double drop_p = decode_dropout(f32, &drop_bad);
-    if (drop_bad && VISIBLE(seen, dropout_p))
-        errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
     int64_t shp[T_COUNT][4] = {
         {c->N, c->Hq, c->Tq, c->Dk},  {c->N, c->Hkv, c->Tk, c->Dk},
         {c->N, c->Hkv, c->Tk, c->Dv}, {c->N, c->Hq, c->Tq, c->Tk},
@@ -904,6 +900,10 @@ static void run_small(void)
         decode_per_head(F_SINKS, F_SINK_VAL, "sinks", c->Hq, 1);
     int lg_present, stage;
     decode_logits(&lg_present, &stage);
+    int drop_bad;
+    const double drop_p = decode_dropout(f32, &drop_bad);
+    if (drop_bad && VISIBLE(seen, dropout_p))
+        errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
     /* ... and as the library sees them */
     c->window = (c->flags & SDPA_FLAG_WINDOW) != 0;
     c->win_l = VISIBLE(seen, window_left) ? wl : 0;
