@@ -96,6 +96,9 @@ sdpa_backward_args bench_backward_of(const sdpa_forward_args *a)
     g.window_right = a->window_right;
     g.alibi_slopes = a->alibi_slopes;
     g.sinks = a->sinks;
+    g.dropout_p = a->dropout_p;
+    g.dropout_seed = a->dropout_seed;
+    g.dropout_offset = a->dropout_offset;
     g.out = a->out;
     g.lse = a->lse;
     g.seqs = a->seqs;
@@ -191,7 +194,8 @@ static double check_identities(const bwd_data *b)
 {
     const bench_shape *s = b->d.shape;
     const sdpa_forward_args *a = &b->d.args;
-    if (a->softcap > 0 || a->sinks)
+    /* Σ_j dV_j = Σ_i dO_i needs Σ_j P_ij = 1: no sink, no dropout */
+    if (a->softcap > 0 || a->sinks || a->dropout_p > 0)
         return -1.0;
     for (int64_t n = 0; n < s->n; n++)
         for (int64_t i = 0; i < s->tq; i++) {
@@ -867,6 +871,39 @@ static void json_summaries(const bwd_summary *m, size_t n)
     printf("\n  ]");
 }
 
+/* A shape with a ref (Ad: A with dropout) against that shape's block at
+ * the same thread count: forward and backward medians, each block's own
+ * rounds. */
+static void print_ref_ratios(const bwd_row *rows, const bwd_summary *sums,
+                             size_t nsums)
+{
+    for (size_t i = 0; i < nsums; i++) {
+        const bench_shape *s = sums[i].shape;
+        for (size_t j = 0; s->ref && j < nsums; j++) {
+            if (strcasecmp(sums[j].shape->name, s->ref) != 0 ||
+                sums[j].threads != sums[i].threads)
+                continue;
+            const bwd_row *mine = rows + i * BWD_COUNT;
+            const bwd_row *ref = rows + j * BWD_COUNT;
+            printf("   %s/%s thr=%d:", s->name, s->ref, sums[i].threads);
+            const int parts[2] = {BWD_FORWARD, BWD_BACKWARD};
+            for (int k = 0; k < 2; k++) {
+                const bwd_row *a = &mine[parts[k]], *b = &ref[parts[k]];
+                if (!a->ok || !b->ok) {
+                    printf(" %s n/a;", bwd_names[parts[k]]);
+                    continue;
+                }
+                double x = a->median_s / b->median_s;
+                printf(" %s %.3f (%.3f / %.3f ms) [target <= %.2f: %s]%s",
+                       bwd_names[parts[k]], x, a->median_s * 1e3,
+                       b->median_s * 1e3, s->ref_target,
+                       x <= s->ref_target ? "met" : "NOT met",
+                       k == 0 ? ";" : "\n");
+            }
+        }
+    }
+}
+
 /* ---- the mode ------------------------------------------------------------ */
 
 int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
@@ -960,12 +997,14 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
         json_rows(rows, nrows);
         json_summaries(sums, nsums);
         printf("\n}\n");
-    } else if (warnings) {
-        printf("\n!!! %d warning(s): a failed check, an ERROR or a FAIL "
-               "above !!!\n",
-               warnings);
     } else {
-        printf("\nAll backward checks passed.\n");
+        print_ref_ratios(rows, sums, nsums);
+        if (warnings)
+            printf("\n!!! %d warning(s): a failed check, an ERROR or a FAIL "
+                   "above !!!\n",
+                   warnings);
+        else
+            printf("\nAll backward checks passed.\n");
     }
     free(rows);
     free(sums);

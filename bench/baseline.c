@@ -7,6 +7,7 @@
 #include <cblas.h>
 
 #include "bench.h"
+#include "kernels/philox.h" /* the mask the naive baseline applies */
 
 /* Every extent and leading dimension of the suite fits a BLAS int. */
 static int blas_int(int64_t x)

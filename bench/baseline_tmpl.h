@@ -123,6 +123,27 @@ static void BFN(bare_backward_)(const bench_data *d, const void *dout, void *dq,
  * [k0, k1) is [0, L) for shapes without a window (causal or not); for
  * windowed shapes the keys the block's rows may see (a band).
  */
+/* Dropout as include/sdpa.h defines it, on row i's weights row[0, w)
+ * (keys k0 .. k0 + w − 1) of batch item b, head h. */
+static void BFN(drop_)(const bench_shape *s, int64_t b, int64_t h, int64_t i,
+                       int64_t k0, BT *row, int64_t w)
+{
+    const uint64_t seed = BENCH_DROPOUT_SEED;
+    const uint64_t stream = BENCH_DROPOUT_OFFSET + (uint64_t)(b * s->hq + h);
+    const sdpa_dropout_row d = {{(uint32_t)seed, (uint32_t)(seed >> 32)},
+                                (uint32_t)i,
+                                {(uint32_t)stream, (uint32_t)(stream >> 32)},
+                                (uint32_t)ldexp(s->dropout_p, 32)};
+    const BT c = (BT)1 / ((BT)1 - (BT)s->dropout_p);
+    uint32_t words[4];
+    for (int64_t j = 0; j < w; j++) {
+        const int64_t key = k0 + j;
+        if (j == 0 || key % 4 == 0)
+            sdpa_dropout_block(&d, (uint32_t)(key / 4), words);
+        row[j] = words[key % 4] >= d.threshold ? row[j] * c : (BT)0;
+    }
+}
+
 static int BFN(naive_)(const bench_data *d, bench_baseline *bl)
 {
     const bench_shape *s = d->shape;
@@ -178,6 +199,8 @@ static int BFN(naive_)(const bench_data *d, bench_baseline *bl)
                     }
                     for (int64_t j = 0; j < w; j++)
                         row[j] /= sum;
+                    if (s->dropout_p > 0)
+                        BFN(drop_)(s, b, h, r0 + i, k0, row, w);
                 }
                 BGEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(rows),
                       blas_int(s->dv), blas_int(w), (BT)1, sc, blas_int(w), v,

@@ -65,7 +65,13 @@ typedef struct bench_shape {
      * rows and 8192 keys; Tp: the 8192 packed tokens as one sequence). */
     int ragged; /* BENCH_RAGGED_*; 0 = a rectangular shape */
     const int64_t *seq_q, *seq_kv;
+    /* 1.2 dropout on the weights (0: none), drawn with the seed and
+     * offset below; the naive baseline applies the same mask */
+    double dropout_p;
 } bench_shape;
+
+#define BENCH_DROPOUT_SEED 0x5eed0123456789abull
+#define BENCH_DROPOUT_OFFSET 0ull
 
 enum { BENCH_RAGGED_SERVING = 1, BENCH_RAGGED_PACKED = 2 };
 

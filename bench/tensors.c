@@ -161,6 +161,9 @@ int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed)
         a.window_left = s->window_left;
         a.window_right = s->window_right;
     }
+    a.dropout_p = s->dropout_p;
+    a.dropout_seed = BENCH_DROPOUT_SEED;
+    a.dropout_offset = BENCH_DROPOUT_OFFSET;
     d->args = a;
     if ((s->dense_bias && init_dense_bias(d, s)) || bench_storage_init(d)) {
         bench_data_free(d);

@@ -140,9 +140,11 @@ enum {
     SDPA_ERR_OFFSETS_ORDER = 30, /* an offset is below the one before it */
     SDPA_ERR_OFFSETS_END = 31,   /* the last offset (entry seqs) is not the
                                     packed tensor's T extent */
-    SDPA_ERR_BUSY = 32           /* 1.2: the context is inside a call (a
+    SDPA_ERR_BUSY = 32,          /* 1.2: the context is inside a call (a
                                     call on it from its parallel-for or a
                                     task, or from a second thread) */
+    SDPA_ERR_BAD_DROPOUT = 33    /* 1.2: dropout_p NaN, infinite, negative
+                                    or not below 1 */
 };
 
 /* A short fixed description of a status code: "success" for SDPA_OK, a
@@ -464,7 +466,38 @@ typedef struct sdpa_tensor {
  * them in one parallel run whose items are spread over the workers.
  * mask, bias, weights and logits are refused (SDPA_ERR_BAD_RAGGED), so
  * is kv_offsets with block_table. A message about a sequence names it
- * ("sequence 3") and its rows relative to it. */
+ * ("sequence 3") and its rows relative to it. With dropout, sequence b
+ * draws its mask as batch item b would (b the sequence index, rows and
+ * keys relative to the sequence): each sequence's results are bitwise
+ * those of its own call made with dropout_offset + b·Hq.
+ *
+ * Dropout (1.2; struct_size 960): dropout_p in [0, 1) (0 = none; NaN,
+ * infinite, negative or >= 1 is SDPA_ERR_BAD_DROPOUT) drops each weight
+ * with probability dropout_p and scales the kept ones by 1/(1 − dropout_p),
+ * as torch.nn.functional.scaled_dot_product_attention does in training:
+ *   out_i = Σ_j Z_ij·c·P_ij v_j,  c = 1/(1 − dropout_p)
+ * computed in the compute type (float: 1.0f / (1.0f − (float)dropout_p);
+ * double for float64), Z_ij in {0, 1} the mask. P is the softmax without
+ * dropout: lse, max_weight and entropy are those of the undropped softmax,
+ * the logits output is unchanged, the weights output holds the dropped
+ * and scaled weights Z_ij·c·P_ij (what multiplies V, as
+ * torch.nn.MultiheadAttention returns them); a sink is never dropped (it
+ * has no value). The mask is a function of (dropout_seed, dropout_offset)
+ * and the element's index, the same on every path, kernel set and thread
+ * count (the paths differ in rounding only, as without dropout), and
+ * sdpa_backward regenerates it (it is never stored). Element (b, h, i, j)
+ * (batch item, query head, query row in [0, Tq), logical key in [0, Tk))
+ * is kept iff
+ *   r >= floor(dropout_p · 2^32),  r = word (j mod 4) of
+ *   Philox4x32-10(key = (lo32(dropout_seed), hi32(dropout_seed)),
+ *                 counter = (j / 4, i, lo32(s), hi32(s)))
+ * with s = dropout_offset + b·Hq + h (mod 2^64), Random123's Philox (10
+ * rounds, multipliers 0xD2511F53 and 0xCD9E8D57, key bumps 0x9E3779B9 and
+ * 0xBB67AE85). Successive calls with one seed should advance
+ * dropout_offset by at least N·Hq (PyTorch's Philox offset) so that their
+ * masks are independent. Dropout needs Tq < 2^32 and Tk < 2^34. sdpa_merge
+ * combines dropped partial outputs unchanged (they are linear in the
+ * weights). */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
     int dtype;              /* SDPA_FLOAT*: the storage type of q and out
@@ -505,6 +538,12 @@ typedef struct sdpa_forward_args {
     const int64_t *kv_offsets; /* ragged, optional: seqs + 1 offsets of
                                   their keys in packed k and v
                                   (cu_seqlens_k) */
+    /* 1.2, dropout on the weights (see above) */
+    double dropout_p;        /* probability of dropping a weight, in
+                                [0, 1); 0 = no dropout */
+    uint64_t dropout_seed;   /* Philox key: the generator's seed */
+    uint64_t dropout_offset; /* Philox stream of batch item 0, head 0;
+                                advance it by N·Hq or more per call */
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif
@@ -793,7 +832,16 @@ static inline sdpa_tensor sdpa_tensor_bthd_cap(void *data, int64_t n, int64_t h,
  * are the bits of that call (same context), and in a half type those bits
  * rounded. A half dq sums in float32 in the context first (N · Hq · Tq ·
  * Dk floats beside the turn counters), a half dk or dv in the workers'
- * block scratch; q, k, v, out and dout are widened a block at a time. */
+ * block scratch; q, k, v, out and dout are widened a block at a time.
+ *
+ * Dropout (1.2; struct_size 1016): dropout_p, dropout_seed and
+ * dropout_offset as in the forward call (the same rules, the same mask Z,
+ * regenerated, never stored; a ragged sequence b as its own call with
+ * dropout_offset + b·Hq). With c = 1/(1 − dropout_p) and out the forward's
+ * dropped output:
+ *   dv_j  = Σ_i Z_ij·c·P_ij dout_i
+ *   dz_ij = P_ij (Z_ij·c·<dout_i, v_j> - D_i),  D_i = <dout_i, out_i>
+ * and dq, dk, dbias and dsinks from dz as above. */
 typedef struct sdpa_backward_args {
     size_t struct_size; /* sizeof(sdpa_backward_args) */
     int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64, or (1.2) a half
@@ -823,6 +871,10 @@ typedef struct sdpa_backward_args {
     int bias_dtype; /* storage type of bias; 0 = dtype */
     int grad_dtype; /* 0: dq, dk, dv in the types of q, k, v; SDPA_FLOAT32:
                        in float32 */
+    /* 1.2: dropout (see above), as in the forward call */
+    double dropout_p;
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif

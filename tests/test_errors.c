@@ -673,6 +673,20 @@ static void test_bad_softcap(void **state)
          NEEDLES("softcap", "float32"), f->a.softcap = 1e-300);
 }
 
+static void test_bad_dropout(void **state)
+{
+    fx *f = *state;
+    CASE(SDPA_ERR_BAD_DROPOUT, NEEDLES("dropout_p", "[0, 1)"),
+         f->a.dropout_p = -0.5);
+    CASE(SDPA_ERR_BAD_DROPOUT, NEEDLES("dropout_p", "[0, 1)"),
+         f->a.dropout_p = 1.0);
+    CASE(SDPA_ERR_BAD_DROPOUT, NEEDLES("dropout_p"), f->a.dropout_p = NAN);
+    CASE(SDPA_ERR_BAD_DROPOUT, NEEDLES("dropout_p"), f->a.dropout_p = INFINITY);
+    CASE(SDPA_OK, NULL, f->a.dropout_p = 0.5; f->a.dropout_seed = 7);
+    CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_DROPOUT : SDPA_OK,
+         NEEDLES("dropout_p", "rounds to 1"), f->a.dropout_p = 1 - 1e-12);
+}
+
 static void test_head_grouping(void **state)
 {
     fx *f = *state;
@@ -1279,8 +1293,8 @@ static void test_kernel_environment(void **state)
 static void test_status_strings(void **state)
 {
     (void)state;
-    const char *s[SDPA_ERR_BUSY + 1];
-    for (int i = 0; i <= SDPA_ERR_BUSY; ++i) {
+    const char *s[SDPA_ERR_BAD_DROPOUT + 1];
+    for (int i = 0; i <= SDPA_ERR_BAD_DROPOUT; ++i) {
         s[i] = sdpa_status_string(i);
         assert_non_null(s[i]);
         assert_true(strlen(s[i]) > 0);
@@ -1290,13 +1304,13 @@ static void test_status_strings(void **state)
                 fail();
             }
     }
-    static const int unknown[] = {12345, -1, SDPA_ERR_BUSY + 1, INT_MAX,
+    static const int unknown[] = {12345, -1, SDPA_ERR_BAD_DROPOUT + 1, INT_MAX,
                                   INT_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; ++i) {
         const char *u = sdpa_status_string(unknown[i]);
         assert_non_null(u);
         assert_non_null(strstr(u, "unknown"));
-        for (int j = 0; j <= SDPA_ERR_BUSY; ++j)
+        for (int j = 0; j <= SDPA_ERR_BAD_DROPOUT; ++j)
             assert_true(strcmp(u, s[j]) != 0);
     }
     const char *m = sdpa_ctx_last_error(NULL);
@@ -1335,6 +1349,7 @@ int main(void)
         TP_BOTH_NAMED(test_work_overflow, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_scale, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_softcap, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_dropout, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_head_grouping, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_kv_len, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_causal, fx_setup, fx_teardown),

@@ -10,7 +10,9 @@
  *   - exp_sum: each value within 2 ulp of expl (hence within 4 ulp of each
  *     other), sums within n·2^-23 (float) / n·2^-52 (double) relative;
  *   - softcap: within 4·eps·c of c·tanh(x/c) (absolute, the bound rows.h
- *     states).
+ *     states);
+ *   - dropout: bitwise the values rows.h defines, with the mask of the
+ *     tests' own Philox4x32-10 (tests/common/reference.c), in every set.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include "kernels/cpu.h"
 #include "kernels/rows.h"
 #include "kernels/vexp.h"
+#include "reference.h"
 #include "sdpa.h"
 
 enum { ROW = 1037 }; /* odd, so vector bodies and scalar tails both run */
@@ -306,6 +309,70 @@ static void test_softcap(void **state)
     }
 }
 
+/* Every set's dropout against rows.h's definition, element by element
+ * and bit by bit: runs of many lengths from keys at every position in
+ * their Philox block (and past 2^32 keys), with and without the gradient
+ * row. */
+#define DROPOUT_CHECK(T, sfx)                                                  \
+    static void dropout_matches_##sfx(const sdpa_row_kernels_##sfx *rk,        \
+                                      const char *set)                         \
+    {                                                                          \
+        static const int64_t lengths[] = {1, 3, 7, 31, 64, 257, ROW};          \
+        static const int64_t starts[] = {                                      \
+            0, 1, 2, 3, 5, 1021, ((int64_t)1 << 33) + 2};                      \
+        static const uint32_t thresholds[] = {429496729u, 2147483648u,         \
+                                              4166118277u, 0u};                \
+        T x[ROW], g[ROW], want_x[ROW], want_g[ROW];                            \
+        for (size_t ti = 0; ti < 4; ti++)                                      \
+            for (size_t li = 0; li < 7; li++)                                  \
+                for (size_t si = 0; si < 7; si++) {                            \
+                    const int64_t n = lengths[li], key = starts[si];           \
+                    const sdpa_dropout_row row = {{0x01234567u, 0x89abcdefu},  \
+                                                  (uint32_t)(li * 31 + si),    \
+                                                  {0xdeadbeefu, (uint32_t)ti}, \
+                                                  thresholds[ti]};             \
+                    const T c = (T)1.25, d = (T)0.375;                         \
+                    for (int with_g = 0; with_g < 2; with_g++) {               \
+                        for (int64_t j = 0; j < n; j++) {                      \
+                            x[j] = (T)uniform(0, 1);                           \
+                            g[j] = (T)uniform(-2, 2);                          \
+                            const int64_t k = key + j;                         \
+                            const uint32_t ctr[4] = {(uint32_t)(k / 4),        \
+                                                     row.row, row.stream[0],   \
+                                                     row.stream[1]};           \
+                            uint32_t w[4];                                     \
+                            ref_philox4x32_10(ctr, row.key, w);                \
+                            const int keep = w[k % 4] >= row.threshold;        \
+                            T kept = keep ? c * g[j] : (T)0;                   \
+                            T factor = kept - d;                               \
+                            want_g[j] = with_g ? x[j] * factor : g[j];         \
+                            want_x[j] = keep ? x[j] * c : (T)0;                \
+                        }                                                      \
+                        rk->dropout(x, n, &row, key, c, with_g ? g : NULL, d); \
+                        if (memcmp(x, want_x, (size_t)n * sizeof(T)) != 0 ||   \
+                            memcmp(g, want_g, (size_t)n * sizeof(T)) != 0) {   \
+                            print_error("%s " #T " dropout: n %lld from key "  \
+                                        "%lld, threshold %u, g %d differs\n",  \
+                                        set, (long long)n, (long long)key,     \
+                                        row.threshold, with_g);                \
+                            fail();                                            \
+                        }                                                      \
+                    }                                                          \
+                }                                                              \
+    }
+DROPOUT_CHECK(float, f32)
+DROPOUT_CHECK(double, f64)
+
+static void test_dropout(void **state)
+{
+    (void)state;
+    for (int k = 0; k < KERNEL_SETS; k++)
+        if (runnable(k)) {
+            dropout_matches_f32(kernel_sets[k].f32, kernel_sets[k].name);
+            dropout_matches_f64(kernel_sets[k].f64, kernel_sets[k].name);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_nan_is_reported),
         cmocka_unit_test(test_ninf_bias_forbids_nan),
         cmocka_unit_test(test_softcap),
+        cmocka_unit_test(test_dropout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@ from ctypes import (
     c_int64,
     c_size_t,
     c_uint32,
+    c_uint64,
     c_void_p,
 )
 
@@ -61,6 +62,7 @@ STATUS_NAMES = {
     30: "SDPA_ERR_OFFSETS_ORDER",
     31: "SDPA_ERR_OFFSETS_END",
     32: "SDPA_ERR_BUSY",
+    33: "SDPA_ERR_BAD_DROPOUT",
 }
 globals().update({name: code for code, name in STATUS_NAMES.items()})
 
@@ -167,6 +169,9 @@ class sdpa_forward_args(Structure):
         ("seqs", c_int64),
         ("q_offsets", c_void_p),
         ("kv_offsets", c_void_p),
+        ("dropout_p", c_double),
+        ("dropout_seed", c_uint64),
+        ("dropout_offset", c_uint64),
     ]
 
 
@@ -203,6 +208,9 @@ class sdpa_backward_args(Structure):
         ("kv_dtype", c_int),
         ("bias_dtype", c_int),
         ("grad_dtype", c_int),
+        ("dropout_p", c_double),
+        ("dropout_seed", c_uint64),
+        ("dropout_offset", c_uint64),
     ]
 
 

@@ -189,6 +189,9 @@ def test_struct_statuses_through_the_raw_binding(qkv):
         args.q.shape[0] = 1 << 62  # extents whose product passes size_t
         args.out.shape[0] = 1 << 62
         _expect("SDPA_ERR_OVERFLOW", lambda: ctx.call(fwd, ctypes.byref(args)), "sdpa_forward")
+        args = _raw_args(q, k, v, out)
+        args.dropout_p = 1.0  # must lie in [0, 1)
+        _expect("SDPA_ERR_BAD_DROPOUT", lambda: ctx.call(fwd, ctypes.byref(args)), "dropout_p")
     assert np.all(out == SENTINEL)
 
 

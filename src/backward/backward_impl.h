@@ -255,7 +255,19 @@ static inline int NAME(tile_row)(const sdpa_bwd_problem *bp,
     for (int64_t j = lo + len; j < nk; j++)
         x[j] = g[j] = 0;
     T *gr = g + lo;
-    if (bp->dbias.data && (parts & BWD_KV)) {
+    if (p->dropout && len > 0) {
+        /* dS = P ∘ (Z̃ ∘ dP − D) and P ∘ Z̃ for dV, Z̃ = Z/(1 − p) drawn
+         * again as the forward drew it */
+        const sdpa_dropout_row d = sdpa_dropout_row_at(p, b, h, i);
+        rk->dropout(xr, len, &d, klo + lo, NAME(dropout_scale)(p), gr, d_i);
+        if (bp->dbias.data && (parts & BWD_KV)) {
+            T *db = AT(&bp->dbias, b, h, i);
+            const int64_t step = bp->dbias.stride[3];
+            for (int64_t j = 0; j < len; j++)
+                if (gr[j] != 0)
+                    db[(klo + lo + j) * step] += gr[j];
+        }
+    } else if (bp->dbias.data && (parts & BWD_KV)) {
         T *db = AT(&bp->dbias, b, h, i);
         const int64_t step = bp->dbias.stride[3];
         for (int64_t j = 0; j < len; j++) {

@@ -118,6 +118,7 @@ static void slice_sequence(const sdpa_backward_args *a,
     sub->v = fs.v;
     sub->out = fs.out;
     sub->lse = fs.lse;
+    sub->dropout_offset = fs.dropout_offset;
     sub->dout = sdpa_slice_rows(a->dout, es.q, first, rows);
     sub->dq = sdpa_slice_rows(a->dq, es.dq, first, rows);
     sub->dk = sdpa_slice_keys(a->dk, es.dkv, r, b);

@@ -70,6 +70,9 @@ sdpa_forward_args sdpa_backward_forward_fields(const sdpa_backward_args *a)
     f.seqs = a->seqs;
     f.q_offsets = a->q_offsets;
     f.kv_offsets = a->kv_offsets;
+    f.dropout_p = a->dropout_p;
+    f.dropout_seed = a->dropout_seed;
+    f.dropout_offset = a->dropout_offset;
     return f;
 }
 

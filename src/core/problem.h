@@ -4,6 +4,7 @@
 #define SDPA_CORE_PROBLEM_H
 
 #include "kernels/half.h"
+#include "kernels/philox.h"
 #include "sdpa.h"
 
 #include <stdbool.h>
@@ -61,7 +62,28 @@ typedef struct sdpa_problem {
      * D]), the entries from one row to the next, keys per page */
     const int32_t *block_table;
     int64_t table_stride, page_len;
+    /* 1.2 dropout (include/sdpa.h): on when dropout_p > 0; a key is kept
+     * when its Philox word reaches the threshold floor(p · 2^32) */
+    bool dropout;
+    double dropout_p;
+    uint32_t dropout_threshold;
+    uint64_t dropout_seed, dropout_offset;
 } sdpa_problem;
+
+/* The mask of query row i of batch item b, head h (philox.h): key =
+ * the seed, counter words 1..3 = (i, the stream offset + b·Hq + h). */
+static inline sdpa_dropout_row
+sdpa_dropout_row_at(const sdpa_problem *p, int64_t b, int64_t h, int64_t i)
+{
+    uint64_t stream =
+        p->dropout_offset + (uint64_t)b * (uint64_t)p->heads_q + (uint64_t)h;
+    sdpa_dropout_row row = {
+        .key = {(uint32_t)p->dropout_seed, (uint32_t)(p->dropout_seed >> 32)},
+        .row = (uint32_t)i,
+        .stream = {(uint32_t)stream, (uint32_t)(stream >> 32)},
+        .threshold = p->dropout_threshold};
+    return row;
+}
 
 /* Element i of an array of storage type `type` (SDPA_FLOAT*), as a double
  * (exact for every type). */

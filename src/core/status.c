@@ -40,6 +40,7 @@ const char *sdpa_status_string(int status)
         [SDPA_ERR_OFFSETS_END] =
             "the last sequence offset is not the packed extent",
         [SDPA_ERR_BUSY] = "the context is inside a call",
+        [SDPA_ERR_BAD_DROPOUT] = "bad dropout probability",
     };
     if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
         return "unknown status";

@@ -259,6 +259,9 @@ void sdpa_ragged_slice(const sdpa_forward_args *args, const sdpa_ragged *r,
     *sub = *args;
     sub->seqs = 0;
     sub->q_offsets = sub->kv_offsets = NULL;
+    /* sequence b draws its dropout mask as batch item b would */
+    sub->dropout_offset =
+        args->dropout_offset + (uint64_t)b * (uint64_t)args->q.shape[1];
     const size_t es = size_or_f32(args->dtype);
     const size_t kv_es =
         size_or_f32(args->kv_dtype ? args->kv_dtype : args->dtype);

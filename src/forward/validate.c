@@ -147,6 +147,19 @@ static int check_appended(sdpa_ctx *ctx, const char *who,
         return status;
     p->alibi_slopes = args->alibi_slopes;
     p->sinks = args->sinks;
+    /* The row and the key's block are 32-bit counter words. */
+    if (args->dropout_p > 0 &&
+        (p->len_q > (int64_t)UINT32_MAX || p->len_k / 4 > (int64_t)UINT32_MAX))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DROPOUT,
+                         "%s: dropout needs Tq below 2^32 and Tk below 2^34, "
+                         "but Tq is %lld and Tk %lld",
+                         who, (long long)p->len_q, (long long)p->len_k);
+    p->dropout = args->dropout_p > 0;
+    p->dropout_p = args->dropout_p;
+    /* exact: p · 2^32 only moves the exponent, and is below 2^32 */
+    p->dropout_threshold = (uint32_t)floor(args->dropout_p * 4294967296.0);
+    p->dropout_seed = args->dropout_seed;
+    p->dropout_offset = args->dropout_offset;
     bool has_logits = args->logits.data != NULL;
     int stage = args->logits_stage;
     bool known = stage == SDPA_LOGITS_SCALED || stage == SDPA_LOGITS_CAPPED ||
@@ -317,6 +330,12 @@ static int check_scalars(sdpa_ctx *ctx, const char *who,
                          "%s: softcap %g must be finite and positive (0 turns "
                          "it off)",
                          who, args->softcap);
+    if (!(isfinite(args->dropout_p) && args->dropout_p >= 0 &&
+          args->dropout_p < 1))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DROPOUT,
+                         "%s: dropout_p is %g, must be finite and in [0, 1) "
+                         "(0 turns dropout off)",
+                         who, args->dropout_p);
     if (compute != SDPA_FLOAT32)
         return SDPA_OK;
     /* The kernels compute in the dtype: a float32 call rounds scale and
@@ -337,6 +356,12 @@ static int check_scalars(sdpa_ctx *ctx, const char *who,
         return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
                          "%s: softcap %g rounds to 0 in this float32 call", who,
                          args->softcap);
+    /* c = 1/(1 − p) is computed in float: p must stay below 1 there */
+    if ((float)args->dropout_p >= 1.0f)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DROPOUT,
+                         "%s: dropout_p %.17g rounds to 1 in this float32 "
+                         "call",
+                         who, args->dropout_p);
     if (args->softcap > FLT_MAX)
         return sdpa_fail(ctx, SDPA_ERR_BAD_SOFTCAP,
                          "%s: softcap %g is beyond the float32 range (FLT_MAX "

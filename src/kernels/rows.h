@@ -68,9 +68,21 @@
  *   narrow    dst[i] = src[i] rounded to `type`: a copy for T's own type,
  *             else half.h's sdpa_f32_to_f16 / sdpa_f32_to_bf16, the same
  *             bits (NaNs included) in every kernel set.
+ *
+ * The dropout of a run of n keys of one row, x[j] the weight of logical
+ * key key + j, kept when its Philox word (philox.h; row gives the key,
+ * the row's counter words and the threshold) is at least the threshold:
+ *   dropout   g (optional, the backward's dP row): g[j] = x[j]·(c·g[j] − d)
+ *             if kept, x[j]·(0 − d) if dropped (each product and the
+ *             difference rounded once, in that order: dS = P∘(Z̃∘dP − D));
+ *             then x[j] = x[j]·c if kept, exactly 0 if dropped. The same
+ *             mask in every kernel set, and the same bits (the scalar
+ *             scalar_dropout of rows_scalar_impl.h is the reference).
  */
 #ifndef SDPA_ROWS_H
 #define SDPA_ROWS_H
+
+#include "kernels/philox.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -134,6 +146,8 @@ static inline void sdpa_prefetch_row(const sdpa_row_prefetch *pf, int64_t j)
                          const sdpa_row_prefetch *pf);                         \
         void (*widen)(const void *src, int type, T *dst, int64_t n);           \
         void (*narrow)(const T *src, int type, void *dst, int64_t n);          \
+        void (*dropout)(T * x, int64_t n, const sdpa_dropout_row *row,         \
+                        int64_t key, T c, T *g, T d);                          \
     } sdpa_row_kernels_##SUF;                                                  \
     extern const sdpa_row_kernels_##SUF sdpa_rows_portable_##SUF;              \
     extern const sdpa_row_kernels_##SUF sdpa_rows_avx2_##SUF;                  \

@@ -20,6 +20,81 @@
  * rule). */
 #define ROW_KERNELS sdpa_rows_avx2
 
+/* Philox4x32-10 (philox.h) for the dropout kernel, 4 counters a vector:
+ * each word in the low half of a 64-bit lane, where vpmuludq takes its
+ * operand and leaves the whole product (the low word in place, the high
+ * one a shift away); the high halves hold garbage no step reads.
+ * PHILOX_VECS vectors at once: one round is a chain of dependent steps,
+ * so independent counters keep the units busy (rows_avx512.c has the
+ * measurements). */
+enum { PHILOX_VECS = 4 };
+
+/* The words of `blocks` blocks of a row from block `block` on, in key
+ * order (block b's 4 words at out[4b]), 4·PHILOX_VECS blocks at a time
+ * (so up to that many minus one more than asked). */
+static void philox_words_avx2(uint32_t *out, const sdpa_dropout_row *row,
+                              uint32_t block, int64_t blocks)
+{
+    const __m256i m0 = _mm256_set1_epi64x(SDPA_PHILOX_M0);
+    const __m256i m1 = _mm256_set1_epi64x(SDPA_PHILOX_M1);
+    const __m256i lanes = _mm256_setr_epi64x(0, 1, 2, 3);
+    for (int64_t b = 0; b < blocks; b += 4 * PHILOX_VECS) {
+        __m256i c0[PHILOX_VECS], c1[PHILOX_VECS], c2[PHILOX_VECS],
+            c3[PHILOX_VECS];
+        for (int u = 0; u < PHILOX_VECS; u++) {
+            c0[u] = _mm256_add_epi64(
+                _mm256_set1_epi64x((int64_t)block + b + 4 * u), lanes);
+            c1[u] = _mm256_set1_epi64x(row->row);
+            c2[u] = _mm256_set1_epi64x(row->stream[0]);
+            c3[u] = _mm256_set1_epi64x(row->stream[1]);
+        }
+        uint32_t k0 = row->key[0], k1 = row->key[1];
+        for (int r = 0; r < SDPA_PHILOX_ROUNDS; r++) {
+            const __m256i vk0 = _mm256_set1_epi64x(k0);
+            const __m256i vk1 = _mm256_set1_epi64x(k1);
+            for (int u = 0; u < PHILOX_VECS; u++) {
+                __m256i p0 = _mm256_mul_epu32(c0[u], m0);
+                __m256i p1 = _mm256_mul_epu32(c2[u], m1);
+                c0[u] = _mm256_xor_si256(
+                    _mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[u]), vk0);
+                c2[u] = _mm256_xor_si256(
+                    _mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[u]), vk1);
+                c1[u] = p1;
+                c3[u] = p0;
+            }
+            k0 += SDPA_PHILOX_W0;
+            k1 += SDPA_PHILOX_W1;
+        }
+        for (int u = 0; u < PHILOX_VECS; u++, out += 16) {
+            /* 64-bit lane l: words 0, 1 of block l, and words 2, 3 */
+            __m256i w01 =
+                _mm256_blend_epi32(c0[u], _mm256_slli_epi64(c1[u], 32), 0xAA);
+            __m256i w23 =
+                _mm256_blend_epi32(c2[u], _mm256_slli_epi64(c3[u], 32), 0xAA);
+            /* 128-bit lanes: blocks 0, 2 and 1, 3 */
+            __m256i even = _mm256_unpacklo_epi64(w01, w23);
+            __m256i odd = _mm256_unpackhi_epi64(w01, w23);
+            __m256i *dst = (__m256i *)(void *)out;
+            _mm256_storeu_si256(dst,
+                                _mm256_permute2x128_si256(even, odd, 0x20));
+            _mm256_storeu_si256(dst + 1,
+                                _mm256_permute2x128_si256(even, odd, 0x31));
+        }
+    }
+}
+#define PHILOX_LANES (4 * PHILOX_VECS)
+#define PHILOX_WORDS(out, row, block, blocks)                                  \
+    philox_words_avx2(out, row, block, blocks)
+
+/* The lanes whose Philox word (unsigned) reaches the threshold, all-ones:
+ * signed compares of the words with their top bit flipped. */
+static inline __m256i philox_drops_avx2(__m256i words, uint32_t threshold)
+{
+    const __m256i top = _mm256_set1_epi32(INT32_MIN);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(threshold ^ 0x80000000u)),
+                              _mm256_xor_si256(words, top));
+}
+
 /* ---- float: 8 lanes ---- */
 #define T float
 #define SUF f32
@@ -64,6 +139,13 @@ static inline __m256 mask_forbids_f32(const uint8_t *p, bool nonzero_allows)
     return _mm256_castsi256_ps(_mm256_xor_si256(zero, flip));
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f32(p, nonzero_allows)
+static inline __m256 keep_mask_f32(const uint32_t *w, uint32_t threshold)
+{
+    __m256i words = _mm256_loadu_si256((const __m256i *)(const void *)w);
+    return _mm256_castsi256_ps(_mm256_xor_si256(
+        philox_drops_avx2(words, threshold), _mm256_set1_epi32(-1)));
+}
+#define KEEP_MASK(w, threshold) keep_mask_f32(w, threshold)
 /* 8 of the 16 registers hold accumulators, the rest the operands (key or
  * value vectors, a query or weight vector): nothing spills. */
 #define ACC_VECS 8
@@ -179,6 +261,16 @@ static inline __m256d mask_forbids_f64(const uint8_t *p, bool nonzero_allows)
     return _mm256_castsi256_pd(_mm256_xor_si256(zero, flip));
 }
 #define MASK_FORBIDS(p, nonzero_allows) mask_forbids_f64(p, nonzero_allows)
+static inline __m256d keep_mask_f64(const uint32_t *w, uint32_t threshold)
+{
+    __m128i words = _mm_loadu_si128((const __m128i *)(const void *)w);
+    __m128i drops =
+        _mm_cmpgt_epi32(_mm_set1_epi32((int)(threshold ^ 0x80000000u)),
+                        _mm_xor_si128(words, _mm_set1_epi32(INT32_MIN)));
+    return _mm256_castsi256_pd(
+        _mm256_xor_si256(_mm256_cvtepi32_epi64(drops), _mm256_set1_epi64x(-1)));
+}
+#define KEEP_MASK(w, threshold) keep_mask_f64(w, threshold)
 #define ACC_VECS 8
 static inline __m256i first_lanes_f64(int n)
 {

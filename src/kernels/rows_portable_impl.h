@@ -25,6 +25,12 @@ static void NAME(portable_softcap)(T *x, int64_t n, T c)
     NAME(scalar_softcap)(x, 0, n, c);
 }
 
+static void NAME(portable_dropout)(T *x, int64_t n, const sdpa_dropout_row *row,
+                                   int64_t key, T c, T *g, T d)
+{
+    NAME(scalar_dropout)(x, 0, n, row, key, c, g, d);
+}
+
 /* Elements of one key / value row taken at a time by dot_rows and
  * acc_rows: widened (half types) into a stack buffer that every query row
  * then reads from L1, so the row leaves memory once whatever `rows` is. */
@@ -124,5 +130,5 @@ static void NAME(portable_narrow)(const T *src, int type, void *dst, int64_t n)
 const NAME(sdpa_row_kernels) NAME(sdpa_rows_portable) = {
     NAME(portable_mask_max), NAME(portable_exp_sum),  NAME(portable_scale),
     NAME(portable_softcap),  NAME(portable_dot_rows), NAME(portable_acc_rows),
-    NAME(portable_widen),    NAME(portable_narrow),
+    NAME(portable_widen),    NAME(portable_narrow),   NAME(portable_dropout),
 };

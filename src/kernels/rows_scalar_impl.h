@@ -2,6 +2,7 @@
  * are these over whole rows, the vector kernels (AVX2, AVX-512) use them for
  * row tails. */
 #include "kernels/half.h"
+#include "kernels/philox.h"
 
 /* x += bias, forbidden → -inf; returns max(m, the new values) and ORs into
  * *nan whether a NaN was met (the max alone would drop it). */
@@ -37,6 +38,37 @@ static inline void NAME(scalar_scale)(T *x, int64_t from, int64_t n, T c)
 {
     for (int64_t j = from; j < n; j++)
         x[j] *= c;
+}
+
+/* Key j (j in [from, n)) of the run whose first is logical key `key`: kept
+ * when its Philox word reaches the row's threshold (philox.h). The
+ * gradient first, from x as it was (rows.h: dropout), then x itself. */
+static inline void NAME(scalar_dropout_key)(T *x, T *g, int64_t j, bool keep,
+                                            T c, T d)
+{
+    if (g) {
+        T kept = keep ? c * g[j] : (T)0;
+        T factor = kept - d;
+        g[j] = x[j] * factor;
+    }
+    x[j] = keep ? x[j] * c : (T)0;
+}
+
+static inline void NAME(scalar_dropout)(T *x, int64_t from, int64_t n,
+                                        const sdpa_dropout_row *row,
+                                        int64_t key, T c, T *g, T d)
+{
+    uint32_t words[4];
+    int64_t block = -1;
+    for (int64_t j = from; j < n; j++) {
+        int64_t k = key + j;
+        if (k / 4 != block) {
+            block = k / 4;
+            sdpa_dropout_block(row, (uint32_t)block, words);
+        }
+        NAME(scalar_dropout_key)
+        (x, g, j, words[k % 4] >= row->threshold, c, d);
+    }
 }
 
 /* The soft-cap's two branches (rows.h), c·tanh(a/c) for a = |s| and

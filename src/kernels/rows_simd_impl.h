@@ -594,10 +594,47 @@ static void KERNEL_NAME(narrow)(const T *src, int type, void *dst, int64_t n)
     NAME(scalar_narrow)(src, type, dst, i, n);
 }
 
+/* rows.h: dropout. Stretches of up to DROPOUT_STRETCH keys (a multiple of
+ * PHILOX_LANES blocks of 4): their Philox
+ * words in key order from PHILOX_WORDS (the ISA file's rounds on
+ * PHILOX_LANES counters at once), then the mask and the products W lanes
+ * at a time, the stretch's tail by the scalar code (the same operations,
+ * so the same bits). */
+#define DROPOUT_STRETCH 256
+static void KERNEL_NAME(dropout)(T *x, int64_t n, const sdpa_dropout_row *row,
+                                 int64_t key, T c, T *g, T d)
+{
+    uint32_t words[DROPOUT_STRETCH + 4 * PHILOX_LANES];
+    const VT vc = VSET1(c), vd = VSET1(d);
+    for (int64_t j0 = 0, m; j0 < n; j0 += m) {
+        /* whole blocks from the first one on: every stretch after the
+         * first starts a block, and none draws a block it does not use
+         * beyond the last group's */
+        const int64_t first = key + j0, off = first % 4;
+        m = n - j0 < DROPOUT_STRETCH - off ? n - j0 : DROPOUT_STRETCH - off;
+        PHILOX_WORDS(words, row, (uint32_t)(first / 4), (off + m + 3) / 4);
+        const uint32_t *w = words + off;
+        T *xs = x + j0, *gs = g ? g + j0 : NULL;
+        int64_t j = 0;
+        for (; j + W <= m; j += W) {
+            const VM keep = KEEP_MASK(w + j, row->threshold);
+            const VT v = VLOAD(xs + j);
+            if (gs) {
+                const VT kept = VKEEP(VMUL(vc, VLOAD(gs + j)), keep);
+                VSTORE(gs + j, VMUL(v, VSUB(kept, vd)));
+            }
+            VSTORE(xs + j, VKEEP(VMUL(v, vc), keep));
+        }
+        for (; j < m; j++)
+            NAME(scalar_dropout_key)(xs, gs, j, w[j] >= row->threshold, c, d);
+    }
+}
+#undef DROPOUT_STRETCH
+
 const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
     KERNEL_NAME(mask_max), KERNEL_NAME(exp_sum),  KERNEL_NAME(scale),
     KERNEL_NAME(softcap),  KERNEL_NAME(dot_rows), KERNEL_NAME(acc_rows),
-    KERNEL_NAME(widen),    KERNEL_NAME(narrow),
+    KERNEL_NAME(widen),    KERNEL_NAME(narrow),   KERNEL_NAME(dropout),
 };
 
 #undef KERNEL_NAME

@@ -1,6 +1,7 @@
 /* Ends one instantiation of rows_simd_impl.h: forgets the ISA file's vector
  * macros so the next type (or nothing) can define them again. */
 #undef T
+#undef KEEP_MASK
 #undef SUF
 #undef W
 #undef VT

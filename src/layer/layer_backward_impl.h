@@ -116,6 +116,9 @@ static int NAME(attention_gradients)(sdpa_ctx *ctx, const layer_bwd_problem *lb,
     g.window_right = f.window_right;
     g.alibi_slopes = f.alibi_slopes;
     g.sinks = f.sinks;
+    g.dropout_p = f.dropout_p;
+    g.dropout_seed = f.dropout_seed;
+    g.dropout_offset = f.dropout_offset;
     status = sdpa_backward_call(ctx, &g);
     if (status != SDPA_OK)
         return sdpa_layer_attention_failed(ctx, WHO, status);

@@ -239,6 +239,12 @@ static int NAME(online_row)(const sdpa_problem *p, const sdpa_plan *plan,
             st->e[r] += NAME(entropy_sum)(x, st->t, len, m_new);
         st->l[r] += sum;
         st->m[r] = m_new;
+        /* after ℓ and e: the sum and diagnostics of the undropped softmax;
+         * only P·V sees the mask */
+        if (p->dropout && len > 0) {
+            const sdpa_dropout_row d = sdpa_dropout_row_at(p, blk->batch, h, i);
+            rk->dropout(x, len, &d, kb + lo, NAME(dropout_scale)(p), NULL, 0);
+        }
     }
     /* P is 0 outside the row's keys, for the P·V gemm */
     for (int64_t j = 0; j < lo; j++)

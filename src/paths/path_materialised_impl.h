@@ -240,6 +240,12 @@ static int NAME(mat_row)(const sdpa_problem *p, const sdpa_plan *plan,
     }
     if (mb->want_weights && sum > 0)
         rk->scale(x, len, 1 / sum);
+    /* after the sum, lse and diagnostics: those of the undropped softmax;
+     * the weights output gets the dropped, scaled weights */
+    if (p->dropout && len > 0) {
+        const sdpa_dropout_row d = sdpa_dropout_row_at(p, b, h, i);
+        rk->dropout(x, len, &d, c0 + lo, NAME(dropout_scale)(p), NULL, 0);
+    }
     /* what the output row is multiplied by after the P·V gemm */
     if (sum == 0)
         mb->inv_sum[r] = 0;

@@ -5,6 +5,12 @@
  * distance is the first key's offset from the row's diagonal (key − d_i).
  * Distances are exact integers; one rounding each for the product and the
  * sum, as for a bias added from memory. */
+/* Dropout's factor for the kept weights, 1/(1 − p), in the compute type. */
+static inline T NAME(dropout_scale)(const sdpa_problem *p)
+{
+    return (T)1 / ((T)1 - (T)p->dropout_p);
+}
+
 static inline void NAME(add_alibi)(T *x, int64_t n, T slope, int64_t distance)
 {
     for (int64_t j = 0; j < n; j++) {

@@ -51,6 +51,7 @@ FROZEN(SDPA_ERR_OFFSETS_START, 29);
 FROZEN(SDPA_ERR_OFFSETS_ORDER, 30);
 FROZEN(SDPA_ERR_OFFSETS_END, 31);
 FROZEN(SDPA_ERR_BUSY, 32);
+FROZEN(SDPA_ERR_BAD_DROPOUT, 33);
 
 /* Option ids and their values. */
 FROZEN(SDPA_OPT_EMPTY_ROWS, 1);
@@ -143,6 +144,11 @@ OFFSET(sdpa_forward_args, seqs, 912);
 OFFSET(sdpa_forward_args, q_offsets, 920);
 OFFSET(sdpa_forward_args, kv_offsets, 928);
 MIN_SIZE(sdpa_forward_args, 936);
+/* appended in 1.2: dropout */
+OFFSET(sdpa_forward_args, dropout_p, 936);
+OFFSET(sdpa_forward_args, dropout_seed, 944);
+OFFSET(sdpa_forward_args, dropout_offset, 952);
+MIN_SIZE(sdpa_forward_args, 960);
 /* new in 1.1 */
 OFFSET(sdpa_backward_args, struct_size, 0);
 MIN_SIZE(sdpa_backward_args, 952);
@@ -156,6 +162,11 @@ OFFSET(sdpa_backward_args, kv_dtype, 976);
 OFFSET(sdpa_backward_args, bias_dtype, 980);
 OFFSET(sdpa_backward_args, grad_dtype, 984);
 MIN_SIZE(sdpa_backward_args, 992);
+/* appended in 1.2: dropout */
+OFFSET(sdpa_backward_args, dropout_p, 992);
+OFFSET(sdpa_backward_args, dropout_seed, 1000);
+OFFSET(sdpa_backward_args, dropout_offset, 1008);
+MIN_SIZE(sdpa_backward_args, 1016);
 OFFSET(sdpa_merge_args, struct_size, 0);
 MIN_SIZE(sdpa_merge_args, 184);
 OFFSET(sdpa_mha_args, struct_size, 0);

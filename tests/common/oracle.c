@@ -126,6 +126,8 @@ int ref_backward(const sdpa_backward_args *a, double eps_d, const bwd_extra *x,
     const long double scale =
         a->scale == 0 ? 1.0L / sqrtl((long double)Dk) : (long double)a->scale;
     const long double cap = (long double)a->softcap;
+    const long double drop_c =
+        a->dropout_p > 0 ? ref_dropout_scale(dt, a->dropout_p) : 1.0L;
     const ref_result *rf = &r->fwd;
     const long double L = rf->logit_absmax, A = rf->alibi_absmax,
                       S = rf->sink_absmax;
@@ -185,7 +187,8 @@ int ref_backward(const sdpa_backward_args *a, double eps_d, const bwd_extra *x,
                     any |= ok[j];
                 if (!any || lse == -INFINITY)
                     continue; /* contributes nothing, dq = 0 */
-                const long double B = G * vmax + DA;
+                /* dropout scales dP's terms by c <= 1/(1 - p) */
+                const long double B = drop_c * G * vmax + DA;
                 const long double e_l =
                     e_s + (Tk1 + 16) * eps + eps * fabsl(lse);
                 const long double e_p = e_s + e_l + 16 * eps;
@@ -194,7 +197,8 @@ int ref_backward(const sdpa_backward_args *a, double eps_d, const bwd_extra *x,
                 const long double e_dP =
                     ((long double)Dv + 4) * eps * G * vmax +
                     x->e_dout * (long double)Dv * vmax + G * x->e_v;
-                const long double E = e_p * B + e_dP + e_D + 3 * eps * B;
+                const long double E =
+                    e_p * B + drop_c * e_dP + e_D + 5 * eps * B;
                 const long double E2 =
                     E + (cap > 0 ? (21 * eps + e_s / cap) * B : 0);
                 for (int64_t j = 0; j < Tk; j++)
@@ -208,6 +212,9 @@ int ref_backward(const sdpa_backward_args *a, double eps_d, const bwd_extra *x,
                 for (int64_t j = 0; j < Tk; j++) {
                     if (!ok[j])
                         continue;
+                    /* dropout: Z̃ = Z·c on the weights that multiply V */
+                    const long double zt =
+                        ref_dropout_keep(&f, b, h, i, j) ? drop_c : 0.0L;
                     long double dp = 0, u = 0;
                     for (int64_t d = 0; d < Dv; d++)
                         dp += ref_get(&a->dout, dt, b, h, i, d) *
@@ -216,7 +223,7 @@ int ref_backward(const sdpa_backward_args *a, double eps_d, const bwd_extra *x,
                         u += ref_get(&a->q, dt, b, h, i, d) *
                              ref_get(&f.k, dt, b, hk, j, d);
                     u *= scale;
-                    const long double dz = P[j] * (dp - D);
+                    const long double dz = P[j] * (zt * dp - D);
                     long double fac = 1;
                     if (cap > 0) {
                         long double t = tanhl(u / cap);
@@ -242,10 +249,12 @@ int ref_backward(const sdpa_backward_args *a, double eps_d, const bwd_extra *x,
                     }
                     for (int64_t d = 0; d < Dv; d++) {
                         long double gd = ref_get(&a->dout, dt, b, h, i, d);
-                        r->dv[va + (size_t)d] += P[j] * gd;
+                        r->dv[va + (size_t)d] += zt * P[j] * gd;
                         r->tv[va + (size_t)d] +=
-                            (P[j] * e_p + tiny) * fabsl(gd) + P[j] * x->e_dout +
-                            (R_kv + 4) * eps * P[j] * fabsl(gd);
+                            drop_c *
+                            ((P[j] * (e_p + 2 * eps) + tiny) * fabsl(gd) +
+                             P[j] * x->e_dout +
+                             (R_kv + 4) * eps * P[j] * fabsl(gd));
                         r->sv[va + (size_t)d] = 1;
                     }
                     if (a->bias.data) {

@@ -191,6 +191,9 @@ sdpa_backward_args tp_ragged_sequence(const sdpa_backward_args *a, int64_t b)
     sdpa_backward_args s = *a;
     s.seqs = 0;
     s.q_offsets = s.kv_offsets = NULL;
+    /* the header: sequence b draws its dropout mask as batch item b */
+    s.dropout_offset =
+        a->dropout_offset + (uint64_t)b * (uint64_t)a->q.shape[1];
     sdpa_tensor *per_row[5] = {&s.q, &s.out, &s.lse, &s.dout, &s.dq};
     for (int i = 0; i < 5; ++i)
         *per_row[i] = seq_rows(*per_row[i], es, first, rows);

@@ -97,6 +97,9 @@ void tp_apply(sdpa_forward_args *a, int dtype, const tp_call *x);
         (dst).window_right = (src).window_right;                               \
         (dst).alibi_slopes = (src).alibi_slopes;                               \
         (dst).sinks = (src).sinks;                                             \
+        (dst).dropout_p = (src).dropout_p;                                     \
+        (dst).dropout_seed = (src).dropout_seed;                               \
+        (dst).dropout_offset = (src).dropout_offset;                           \
     } while (0)
 /* The sdpa_backward_args of the same problem (no gradient outputs yet). */
 sdpa_backward_args tp_backward_of(const sdpa_forward_args *a);
@@ -105,7 +108,8 @@ sdpa_backward_args tp_backward_of(const sdpa_forward_args *a);
  * as the rectangular call of its own views, cut by the header's rules:
  * q, out, lse, dout and dq its rows [q_offsets[b], q_offsets[b + 1]); k,
  * v, dk and dv its packed rows [kv_offsets[b], kv_offsets[b + 1]) or item
- * b (without kv_offsets); kv_lens its entry; the ragged fields 0. A
+ * b (without kv_offsets); kv_lens its entry; the ragged fields 0;
+ * dropout_offset moved by b·Hq (the sequence draws as batch item b). A
  * sequence without packed keys gets one key row and kv_lens 0 (the
  * nearest rectangular call: its rows see no key). */
 sdpa_backward_args tp_ragged_sequence(const sdpa_backward_args *a, int64_t b);

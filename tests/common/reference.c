@@ -24,6 +24,11 @@
  *              key is not empty: out 0, weights 0, lse sigma_h
  *   logits:    SCALED scale * <q, k>, CAPPED after the softcap, MASKED after
  *              bias and ALiBi; -inf at forbidden keys
+ *
+ * and 1.2's dropout (dropout_p > 0): w_ij = Z_ij * c * p_ij, out_i = sum_j
+ * w_ij v_j, c = 1/(1 - p) rounded as the header says (float arithmetic in a
+ * float32 call), Z_ij = ref_dropout_keep (this file's own Philox4x32-10);
+ * lse from the undropped p.
  */
 #include "reference.h"
 
@@ -39,6 +44,60 @@ long double ref_get(const sdpa_tensor *t, int dtype, int64_t i0, int64_t i1,
     if (dtype == SDPA_FLOAT32)
         return (long double)((const float *)t->data)[off];
     return (long double)((const double *)t->data)[off];
+}
+
+/* Philox4x32-10 as Random123 defines it: ten rounds of the two products'
+ * high and low halves, xored with the other words and the key, the key
+ * bumped by the Weyl constants between rounds. */
+static void mulhilo32(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo)
+{
+    uint64_t product = (uint64_t)a * (uint64_t)b;
+    *hi = (uint32_t)(product >> 32);
+    *lo = (uint32_t)(product & 0xffffffffu);
+}
+
+void ref_philox4x32_10(const uint32_t counter[4], const uint32_t key[2],
+                       uint32_t out[4])
+{
+    uint32_t x[4] = {counter[0], counter[1], counter[2], counter[3]};
+    uint32_t k[2] = {key[0], key[1]};
+    for (int round = 0; round < 10; ++round) {
+        if (round > 0) {
+            k[0] += 0x9E3779B9u;
+            k[1] += 0xBB67AE85u;
+        }
+        uint32_t hi0, lo0, hi1, lo1;
+        mulhilo32(0xD2511F53u, x[0], &hi0, &lo0);
+        mulhilo32(0xCD9E8D57u, x[2], &hi1, &lo1);
+        const uint32_t y[4] = {hi1 ^ x[1] ^ k[0], lo1, hi0 ^ x[3] ^ k[1], lo0};
+        memcpy(x, y, sizeof x);
+    }
+    memcpy(out, x, sizeof x);
+}
+
+int ref_dropout_keep(const sdpa_forward_args *a, int64_t b, int64_t h,
+                     int64_t i, int64_t j)
+{
+    if (a->dropout_p <= 0)
+        return 1;
+    const uint64_t stream =
+        a->dropout_offset + (uint64_t)b * (uint64_t)a->q.shape[1] + (uint64_t)h;
+    const uint32_t counter[4] = {(uint32_t)(j / 4), (uint32_t)i,
+                                 (uint32_t)stream, (uint32_t)(stream >> 32)};
+    const uint32_t key[2] = {(uint32_t)a->dropout_seed,
+                             (uint32_t)(a->dropout_seed >> 32)};
+    uint32_t words[4];
+    ref_philox4x32_10(counter, key, words);
+    const uint32_t threshold = (uint32_t)ldexp(a->dropout_p, 32);
+    return words[j % 4] >= threshold;
+}
+
+long double ref_dropout_scale(int dtype, double p)
+{
+    if (dtype == SDPA_FLOAT64)
+        return (long double)(1.0 / (1.0 - p));
+    volatile float one_minus = 1.0f - (float)p; /* float arithmetic */
+    return (long double)(1.0f / one_minus);
 }
 
 /* Index of a possibly broadcast dimension: extent 1 means "always 0". A
@@ -63,6 +122,7 @@ void ref_free(ref_result *r)
     free(r->lse);
     free(r->logits);
     free(r->allowed);
+    free(r->probs);
     memset(r, 0, sizeof *r);
 }
 
@@ -70,8 +130,9 @@ void ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
                      size_t row, long double *top, long double *entropy)
 {
     long double m = 0, e = 0;
+    const long double *p = r->probs ? r->probs : r->weights;
     for (int64_t j = 0; j < r->tk; j++) {
-        long double w = r->weights[row * (size_t)r->tk + (size_t)j];
+        long double w = p[row * (size_t)r->tk + (size_t)j];
         m = w > m ? w : m;
         if (w > 0)
             e -= w * logl(w);
@@ -109,6 +170,8 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
     const int window = (a->flags & SDPA_FLAG_WINDOW) != 0;
     const int stage =
         a->logits_stage == 0 ? SDPA_LOGITS_MASKED : a->logits_stage;
+    const long double drop_c =
+        a->dropout_p > 0 ? ref_dropout_scale(dt, a->dropout_p) : 1.0L;
 
     memset(r, 0, sizeof *r);
     r->n = N;
@@ -123,8 +186,11 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
     r->lse = calloc(rows, sizeof(long double));
     r->logits = calloc(rows * (size_t)Tk, sizeof(long double));
     r->allowed = calloc(rows * (size_t)Tk, 1);
+    if (a->dropout_p > 0)
+        r->probs = calloc(rows * (size_t)Tk, sizeof(long double));
     long double *s = calloc((size_t)Tk, sizeof(long double));
-    if (!r->out || !r->weights || !r->lse || !r->logits || !r->allowed || !s) {
+    if (!r->out || !r->weights || !r->lse || !r->logits || !r->allowed || !s ||
+        (a->dropout_p > 0 && !r->probs)) {
         free(s);
         ref_free(r);
         return -1;
@@ -242,6 +308,10 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r)
                     if (!ok[j])
                         continue;
                     long double p = expl(s[j] - m) / sum;
+                    if (r->probs)
+                        r->probs[row * (size_t)Tk + (size_t)j] = p;
+                    if (a->dropout_p > 0)
+                        p *= ref_dropout_keep(a, b, h, i, j) ? drop_c : 0.0L;
                     w[j] = p;
                     for (int64_t c = 0; c < Dv; ++c) {
                         long double vv = ref_get(&a->v, dt, b, hk, j, c);

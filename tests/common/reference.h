@@ -31,6 +31,9 @@ typedef struct ref_result {
     /* [N, Hq, Tq, Tk]: 1 when key j is allowed for the row, 0 when forbidden.
      */
     unsigned char *allowed;
+    /* With dropout (1.2) only, else NULL: the undropped weights p_ij, of
+     * which lse, max_weight and entropy speak ([N, Hq, Tq, Tk]). */
+    long double *probs;
     /* Largest |logit| bound over allowed entries: scale * sum_r |q_r k_r|
      * (before softcap) plus |bias|; used to derive rounding tolerances. */
     long double logit_absmax;
@@ -56,10 +59,21 @@ int ref_forward(const sdpa_forward_args *a, ref_result *r);
 
 void ref_free(ref_result *r);
 
-/* The largest weight and the entropy of `row` (of head h) from r's weights
- * and lse: max_j p_j and -Σ_j p_j log p_j; with sinks the sink's share
- * exp(sigma_h - lse) is one more outcome. A row with no allowed key and
- * no sink reports 0 and 0. */
+/* Philox4x32-10 (Random123's definition, written here from the paper and
+ * independent of the library's), and the dropout mask include/sdpa.h
+ * defines with it: 1 when element (b, h, i, j) of a's call is kept (always
+ * without dropout). ref_dropout_scale: the factor c = 1/(1 - p) of the
+ * kept weights as the header says the library rounds it for dtype. */
+void ref_philox4x32_10(const uint32_t counter[4], const uint32_t key[2],
+                       uint32_t out[4]);
+int ref_dropout_keep(const sdpa_forward_args *a, int64_t b, int64_t h,
+                     int64_t i, int64_t j);
+long double ref_dropout_scale(int dtype, double p);
+
+/* The largest weight and the entropy of `row` (of head h) from r's
+ * undropped weights (probs with dropout, else weights) and lse: max_j p_j and
+ * -Σ_j p_j log p_j; with sinks the sink's share exp(sigma_h - lse) is one more
+ * outcome. A row with no allowed key and no sink reports 0 and 0. */
 void ref_diagnostics(const ref_result *r, const double *sinks, int64_t h,
                      size_t row, long double *top, long double *entropy);
 

@@ -94,6 +94,8 @@ enum field {
     F_RG_LEN0, /* a byte per sequence: Tq_b = v % 5, packed Tk_b = v / 16 % 6 */
     F_RG_BAD = F_RG_LEN0 + 4, /* one error of a ragged call (rg_inject) */
     F_RG_BAD_VAL,
+    F_DROPOUT,   /* 1.2: dropout_p (decode_options) */
+    F_DROP_SEED, /* its seed and offset */
     F_COUNT
 };
 
@@ -130,6 +132,7 @@ typedef struct bcfg {
     int64_t kv_lens[4];
     int use_kvlens;
     double slopes[8], sinks[8], dsinks[9]; /* dsinks[0], [Hq+1]: guards */
+    int drop_bad; /* dropout_p is one the library refuses */
 } bcfg;
 
 static bcfg g;
@@ -149,6 +152,10 @@ static void describe(const sdpa_backward_args *a)
                 g.use_kvlens ? "yes" : "no", a->alibi_slopes != NULL,
                 a->sinks != NULL, a->dsinks != NULL,
                 (long long)fz_opt.empty_zero, (long long)fz_opt.threads);
+    if (a->dropout_p != 0)
+        fz_describe(" dropout=%g seed=%llu offset=%llu", a->dropout_p,
+                    (unsigned long long)a->dropout_seed,
+                    (unsigned long long)a->dropout_offset);
     for (int t = 0; t < T_COUNT; t++)
         if (g_t[t].present)
             fz_describe(
@@ -280,6 +287,17 @@ static void decode_options(sdpa_backward_args *a)
         if (fz(F_DSINKS) % 2)
             a->dsinks = g.dsinks + 1;
     }
+    /* 1.2 dropout: mostly none, 0.2 or 0.6 (the forward's out and the
+     * oracle draw the same mask), or a refused value */
+    static const double refused[4] = {-0.5, 1.0, NAN, INFINITY};
+    unsigned dv = fz(F_DROPOUT);
+    g.drop_bad = dv % 8 == 7;
+    a->dropout_p = dv % 8 == 5   ? 0.2
+                   : dv % 8 == 6 ? 0.6
+                   : g.drop_bad  ? refused[(dv >> 3) % 4]
+                                 : 0.0;
+    a->dropout_seed = (uint64_t)fz(F_DROP_SEED) * 0x9E3779B97F4A7C15ull;
+    a->dropout_offset = (uint64_t)(fz(F_DROP_SEED) >> 3);
 }
 
 /* Fills q, k, v (K/V rows past kv_lens NaN: never read), mask, bias,
@@ -358,6 +376,9 @@ static void fill_values(sdpa_backward_args *a, ref_result *ref)
     f.window_right = a->window_right;
     f.alibi_slopes = a->alibi_slopes;
     f.sinks = a->sinks;
+    f.dropout_p = g.drop_bad ? 0 : a->dropout_p;
+    f.dropout_seed = a->dropout_seed;
+    f.dropout_offset = a->dropout_offset;
     CHECK(ref_forward(&f, ref) == 0, "reference out of memory");
     fz_tens *O = &g_t[T_OUT], *L = &g_t[T_LSE];
     for (int64_t b = 0; b < g.N; b++)
@@ -649,6 +670,8 @@ static long double rg_fill(const sdpa_backward_args *a, int *any_empty)
         sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
         TP_COPY_SHARED(f, sub);
         f.dtype = g.dt.compute;
+        if (g.drop_bad) /* a refused call: the reference of no dropout */
+            f.dropout_p = 0;
         ref_result ref;
         CHECK(ref_forward(&f, &ref) == 0, "reference out of memory");
         *any_empty |= ref.any_empty;
@@ -683,6 +706,8 @@ static int rg_special(const sdpa_backward_args *a)
     sdpa_forward_args f = SDPA_FORWARD_ARGS_INIT;
     TP_COPY_SHARED(f, sub);
     f.dtype = g.dt.compute;
+    if (g.drop_bad) /* a refused call: the reference of no dropout */
+        f.dropout_p = 0;
     ref_result ref;
     CHECK(ref_forward(&f, &ref) == 0, "reference out of memory");
     const int64_t keys = ref.tk, i = row - rg.q_off[b];
@@ -954,6 +979,8 @@ static void run_ragged(void)
     }
     int late = 0;
     fz_sset errs = rg_inject(&a, &late);
+    if (g.drop_bad)
+        errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
     const fz_sset moot = errs & FZ_BIT(SDPA_OK);
     errs &= ~FZ_BIT(SDPA_OK);
     const int bad_dtype = !g.dt.valid && !g.dt.pending;
@@ -1003,6 +1030,8 @@ static void run(void)
     fz_sset errs = 0, amb = 0;
     if (!g.dt.valid && !g.dt.pending)
         errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
+    if (g.drop_bad)
+        errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
 
     /* one argument error */
     unsigned bk = fz(F_BAD_KIND) % 24, bw = fz(F_BAD_WHICH);
@@ -1491,6 +1520,25 @@ static const fz_seed seeds[] = {
       {F_RG_LEN0 + 1, 3 | 4 << 4},
       {F_SPECIAL, 10},
       {F_SP_POS, 3},
+      {-1, 0}}},
+    /* 1.2: dropout (F_DROPOUT 5 = 0.2, 6 = 0.6, 7 refused) */
+    {"dropout_gqa_sinks",
+     {{F_HKV, 1},
+      {F_GROUP, 1},
+      FZ_DIMS(3, 5, 3, 2),
+      {F_SINKS, 1},
+      {F_DSINKS, 1},
+      {F_DROPOUT, 5},
+      {F_DROP_SEED, 9},
+      {-1, 0}}},
+    {"dropout_refused", {{F_DROPOUT, 7 | 2 << 3}, {-1, 0}}},
+    {"ragged_dropout",
+     {{F_RAGGED, 1},
+      {F_RG_SEQS, 1},
+      {F_RG_LEN0, 2 | 3 << 4},
+      {F_RG_LEN0 + 1, 3 | 4 << 4},
+      {F_DROPOUT, 6},
+      {F_DROP_SEED, 3},
       {-1, 0}}},
 };
 

@@ -152,6 +152,8 @@ enum field {
     F_LAYOUT2,
     F_PAD_LG,
     F_PAD_DIAG,
+    F_DROPOUT,   /* 1.2: dropout_p, see decode_dropout */
+    F_DROP_SEED, /* its seed and offset */
     F_COUNT
 };
 
@@ -354,6 +356,33 @@ static void decode_window(cfg *c, int64_t *wl, int64_t *wr)
         c->flags |= SDPA_FLAG_WINDOW;
     } else if (*wl == 0 && *wr == 0) {
         *wl = 1;
+    }
+}
+
+/* dropout_p: mostly 0; 0.03, 0.1, 0.5 or 0.9; a refused value (negative,
+ * 1, NaN, ±inf; BAD_DROPOUT), or one below 1 that rounds to 1 in float
+ * (refused by a float32 call). Sets *bad when the library must refuse it
+ * (for a call of dtype f32 or not). */
+static double decode_dropout(int f32, int *bad)
+{
+    static const double good[4] = {0.03, 0.1, 0.5, 0.9};
+    static const double refused[5] = {-0.25, 1.0, NAN, INFINITY, -INFINITY};
+    unsigned v = fld(F_DROPOUT);
+    *bad = 0;
+    switch (v % 16) {
+    case 10:
+    case 11:
+    case 12:
+    case 13:
+        return good[(v % 16) - 10];
+    case 14:
+        *bad = 1;
+        return refused[(v >> 4) % 5];
+    case 15:
+        *bad = f32;
+        return 1 - 1e-12;
+    default:
+        return 0;
     }
 }
 
@@ -871,6 +900,10 @@ static void run_small(void)
         decode_per_head(F_SINKS, F_SINK_VAL, "sinks", c->Hq, 1);
     int lg_present, stage;
     decode_logits(&lg_present, &stage);
+    int drop_bad;
+    const double drop_p = decode_dropout(f32, &drop_bad);
+    if (drop_bad && VISIBLE(seen, dropout_p))
+        errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
     /* ... and as the library sees them */
     c->window = (c->flags & SDPA_FLAG_WINDOW) != 0;
     c->win_l = VISIBLE(seen, window_left) ? wl : 0;
@@ -1201,6 +1234,9 @@ static void run_small(void)
     a.alibi_slopes = slopes;
     a.sinks = sinks;
     a.logits_stage = stage;
+    a.dropout_p = drop_p;
+    a.dropout_seed = (uint64_t)fld(F_DROP_SEED) * 0x9E3779B97F4A7C15ull;
+    a.dropout_offset = (uint64_t)(fld(F_DROP_SEED) >> 4) * 0x100000001ull;
     if (null_tensor >= 0)
         slot[null_tensor]->data = NULL;
     if (alias >= 0) {
@@ -1362,6 +1398,12 @@ static void run_small(void)
         }
         tol = tp_forward_tol(f32 ? FLT_EPSILON : DBL_EPSILON, &ref, c->Tk,
                              c->Dk, c->softcap, c->sinks != NULL, 0, 0);
+        if (ra.dropout_p > 0) {
+            /* the kept weights and the output grow by c = 1/(1 - p) */
+            const double cd = (double)ref_dropout_scale(dt, ra.dropout_p);
+            tol.out *= cd * (1 + 4 * (f32 ? FLT_EPSILON : DBL_EPSILON));
+            tol.w = tol.w * cd + 4 * (f32 ? FLT_EPSILON : DBL_EPSILON) * cd;
+        }
     }
     expect |= amb;
     unsigned oomv = fld(F_OOM);
@@ -1675,6 +1717,28 @@ static const fz_seed seeds[] = {
       {F_ENTROPY, 1},
       {F_SINKS, 5},
       {-1, 0}}},
+    /* 1.2: dropout (F_DROPOUT 10..13 = 0.03, 0.1, 0.5, 0.9; 14 refused;
+     * 15 = 1 - 1e-12, refused in float32) */
+    {"dropout_weights_diagnostics",
+     {FZ_DIMS(5, 9, 3, 4),
+      {F_WEIGHTS, 1},
+      {F_LSE, 1},
+      {F_MAXW, 1},
+      {F_ENTROPY, 1},
+      {F_SINKS, 5},
+      {F_DROPOUT, 12},
+      {F_DROP_SEED, 42},
+      {-1, 0}}},
+    {"dropout_tiled_causal",
+     {FZ_DIMS(229, 235, 5, 6),
+      FZ_OPTION(F_OPT0_ID, 4, 2),
+      FZ_OPTION(F_OPT1_ID, 7, 3),
+      {F_CAUSAL, 5},
+      {F_DROPOUT, 11},
+      {F_DROP_SEED, 7},
+      {-1, 0}}},
+    {"dropout_refused", {{F_DROPOUT, 14 | 2 << 4}, {-1, 0}}},
+    {"dropout_rounds_to_one", {{F_DROPOUT, 15}, {-1, 0}}},
 };
 
 static void reset(void)
