@@ -50,7 +50,8 @@ typedef struct sdpa_bwd_plan {
      * [N, Hq, Tq, Dk] array after the turns (dq_bytes), rounded into dq
      * once a tile's last key block has added to it */
     sdpa_view dq_sum;
-    size_t turn_bytes, dq_bytes, shared_bytes;
+    size_t turn_bytes, dq_offset, dq_bytes;
+    size_t shared_bytes; /* both, SDPA_ALIGN-rounded */
     /* byte offsets of one worker's scratch regions (q, dout, k and v
      * widened: their blocks when stored in another type than T) */
     size_t off_s, off_dp, off_dk, off_dv, off_d, off_t, off_mask, off_bias,

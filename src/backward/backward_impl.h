@@ -311,35 +311,40 @@ static inline void NAME(tile_products)(const sdpa_problem *p,
     }
 }
 
+/* Whether query tile i0 of batch item b sees key block [kb, kb + bk) at
+ * all: the tiles whose rows all end before the block or start after it
+ * are skipped. */
+static bool NAME(tile_sees)(const sdpa_problem *p, int64_t b, int64_t i0,
+                            int64_t rows, int64_t kb, int64_t bk)
+{
+    return sdpa_key_limit(p, b, i0 + rows - 1) > kb &&
+           sdpa_key_start(p, b, i0) < kb + bk;
+}
+
 /* One query tile (rows i0 .. i0 + rows - 1 of head h) against the key block
  * [kb, kb + bk) of KV head hk, block number kbi: recompute S and P, then
  *   dV_blk += Pᵀ dO,  dP = dO V_blkᵀ,  dS = P ∘ (dP − D) (∘ the soft-cap's
  *   derivative),  dK_blk += scale · dSᵀ Q,
  * every product over the runs of live keys only (keys no row of the tile
  * may see are never read); then, on the tile's turn (dq_order.h),
- * dQ += scale · dS K_blk (block 0 first zeroes the tile's dq rows). With
- * `sees` false or after an error (*status not SDPA_OK) it only takes and
- * hands on the turn: the blocks after it must not wait for it forever.
+ * dQ += scale · dS K_blk (block 0 first zeroes the tile's dq rows). When
+ * the tile does not see the block, or after an error (*status not
+ * SDPA_OK), it only takes and hands on the turn: the blocks after it
+ * must not wait for it forever.
  * The first failure is kept in *status and *where. */
 static void NAME(backward_tile)(const sdpa_bwd_problem *bp,
                                 const sdpa_bwd_plan *pl,
                                 const NAME(sdpa_row_kernels) * rk,
                                 char *scratch, int64_t b, int64_t h, int64_t hk,
                                 int64_t i0, int64_t rows, int64_t kbi,
-                                bool sees, int *status, sdpa_where *where)
+                                int64_t bk, int *status, sdpa_where *where)
 {
     const int64_t kb = kbi * pl->block_k;
-    const int64_t left = bp->p.len_k - kb;
     NAME(bwd_tile)
-    t = {.b = b,
-         .h = h,
-         .hk = hk,
-         .i0 = i0,
-         .rows = rows,
-         .kb = kb,
-         .bk = left < pl->block_k ? left : pl->block_k};
-    bool active =
-        sees && *status == SDPA_OK && NAME(tile_keys)(bp, pl, scratch, &t);
+    t = {.b = b, .h = h, .hk = hk, .i0 = i0, .rows = rows, .kb = kb, .bk = bk};
+    bool active = *status == SDPA_OK &&
+                  NAME(tile_sees)(&bp->p, b, i0, rows, kb, bk) &&
+                  NAME(tile_keys)(bp, pl, scratch, &t);
     if (active) {
         NAME(tile_operands)(bp, pl, rk, scratch, &t);
         NAME(tile_scores)(&bp->p, &t);
@@ -368,16 +373,6 @@ static void NAME(backward_tile)(const sdpa_bwd_problem *bp,
                        sdpa_at(&bp->dq, sdpa_dtype_size(bp->dq_type), b, h, i),
                        dk);
     sdpa_dq_pass(turn, kbi);
-}
-
-/* Whether query tile i0 of batch item b sees key block [kb, kb + bk) at
- * all: the tiles whose rows all end before the block or start after it
- * are skipped. */
-static bool NAME(tile_sees)(const sdpa_problem *p, int64_t b, int64_t i0,
-                            int64_t rows, int64_t kb, int64_t bk)
-{
-    return sdpa_key_limit(p, b, i0 + rows - 1) > kb &&
-           sdpa_key_start(p, b, i0) < kb + bk;
 }
 
 /* Work item (set · blocks per set + chunk): key blocks [chunk ·
@@ -428,10 +423,8 @@ static int NAME(backward_item)(const sdpa_problem *problem,
                             const int64_t rows = p->len_q - i0 < pl->block_q
                                                      ? p->len_q - i0
                                                      : pl->block_q;
-                            const bool sees =
-                                NAME(tile_sees)(p, b, i0, rows, kb, bk);
                             NAME(backward_tile)
-                            (bp, pl, rk, scratch, b, h, hk, i0, rows, kbi, sees,
+                            (bp, pl, rk, scratch, b, h, hk, i0, rows, kbi, bk,
                              &status, where);
                         }
                     if (shared && !bp->k_bcast)

@@ -129,15 +129,16 @@ static bool plan_work(const sdpa_ctx *ctx, const sdpa_bwd_problem *bp,
     run->reserve_workers =
         ctx->parallel_for ? ctx->parallel_workers : run->threads;
     pl->turn_count = p->batch * p->heads_q * pl->query_tiles;
-    size_t dq_count = 0, turns_rounded;
+    size_t dq_count = 0, dq_end;
     return sdpa_mul_size((size_t)pl->turn_count, sizeof(atomic_llong),
                          &pl->turn_bytes) &&
-           sdpa_round_up_size(pl->turn_bytes, SDPA_ALIGN, &turns_rounded) &&
+           sdpa_round_up_size(pl->turn_bytes, SDPA_ALIGN, &pl->dq_offset) &&
            (bp->dq_type == p->dtype ||
             (sdpa_mul_size((size_t)(p->batch * p->heads_q * p->len_q),
                            (size_t)p->dim_k, &dq_count) &&
              sdpa_mul_size(dq_count, p->elem_size, &pl->dq_bytes))) &&
-           sdpa_add_size(turns_rounded, pl->dq_bytes, &pl->shared_bytes);
+           sdpa_add_size(pl->dq_offset, pl->dq_bytes, &dq_end) &&
+           sdpa_round_up_size(dq_end, SDPA_ALIGN, &pl->shared_bytes);
 }
 
 int sdpa_backward_plan(sdpa_ctx *ctx, const char *who,

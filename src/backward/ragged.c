@@ -68,7 +68,7 @@ typedef struct ragged_plan {
 typedef struct ragged_totals {
     int64_t parts, with_rows; /* with_rows: calls of their own */
     int64_t items;
-    size_t worker_bytes, shared_bytes; /* shared: the parts' own, aligned */
+    size_t worker_bytes, shared_bytes; /* shared: the sum of the parts' */
     bool blas_owns_cores;
 } ragged_totals;
 
@@ -202,9 +202,7 @@ static bool add_part(ragged_totals *t, const bwd_part *part)
     if (part->kind != PART_CALL)
         return true;
     const sdpa_bwd_plan *pl = &part->plan;
-    size_t shared;
-    if (!sdpa_round_up_size(pl->shared_bytes, SDPA_ALIGN, &shared) ||
-        !sdpa_add_size(t->shared_bytes, shared, &t->shared_bytes))
+    if (!sdpa_add_size(t->shared_bytes, pl->shared_bytes, &t->shared_bytes))
         return false;
     t->worker_bytes =
         pl->worker_bytes > t->worker_bytes ? pl->worker_bytes : t->worker_bytes;
@@ -376,10 +374,7 @@ static void fill_parts(sdpa_ctx *ctx, const sdpa_backward_args *a,
         double cost = 0;
         if (part->kind == PART_CALL) {
             sdpa_backward_bind(&part->problem, &part->plan, shared);
-            size_t own = 0;
-            (void)sdpa_round_up_size(part->plan.shared_bytes, SDPA_ALIGN,
-                                     &own); /* checked by add_part */
-            shared += own;
+            shared += part->plan.shared_bytes; /* aligned (plan.c) */
             cost = (double)(p->group * p->len_q) *
                    (double)(part->plan.item_blocks * part->plan.block_k) *
                    (double)(p->dim_k + p->dim_v);

@@ -77,9 +77,7 @@ void sdpa_backward_bind(const sdpa_bwd_problem *bp, sdpa_bwd_plan *pl,
         return;
     const sdpa_problem *p = &bp->p;
     const int64_t row = p->dim_k, head = p->len_q * row;
-    size_t turns_rounded = 0;
-    (void)sdpa_round_up_size(pl->turn_bytes, SDPA_ALIGN, &turns_rounded);
-    pl->dq_sum = (sdpa_view){.data = (char *)shared + turns_rounded,
+    pl->dq_sum = (sdpa_view){.data = (char *)shared + pl->dq_offset,
                              .stride = {p->heads_q * head, head, row, 1}};
 }
 
