@@ -1008,7 +1008,9 @@ static void run_ragged(void)
                       24) == 0,
               "NONFINITE does not name the sequence: %s",
               sdpa_ctx_last_error(ctx));
-    if (st == SDPA_OK && !errs && !moot) {
+    /* half types on the harness's float32 buffers: any documented status,
+     * no values to compare */
+    if (st == SDPA_OK && !errs && !moot && g.dt.valid) {
         fz_as.fail_at = -1;
         if (check_vals)
             rg_compare_oracle(&a);
