@@ -291,6 +291,10 @@ static void decode_options(sdpa_backward_args *a)
      * oracle draw the same mask), or a refused value */
     static const double refused[4] = {-0.5, 1.0, NAN, INFINITY};
     unsigned dv = fz(F_DROPOUT);
+    /* a caller built against the 1.1 header (struct_size BWD_ARGS_V1,
+     * fz_pack_struct's selector 25) has no dropout fields to set */
+    if (fz(F_STRUCT) % 32 == 25)
+        dv = 0;
     g.drop_bad = dv % 8 == 7;
     a->dropout_p = dv % 8 == 5   ? 0.2
                    : dv % 8 == 6 ? 0.6
