@@ -919,8 +919,8 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
         for (const char *p = list; *p;) {
             const char *comma = strchr(p, ',');
             size_t tok = comma ? (size_t)(comma - p) : strlen(p);
-            /* sdpa_backward takes float32 and float64 tensors, unpaged:
-             * the storage-type shapes (Gh, Ah, Ph, ...) have no backward */
+            /* the table times float32 / float64 inputs, unpaged: the
+             * storage-type shapes (Gh, Ah, Ph, ...) have no row here */
             bool storage =
                 shapes[i].io_type || shapes[i].kv_type || shapes[i].page;
             if (tok == len && strncasecmp(p, shapes[i].name, len) == 0) {
@@ -933,8 +933,8 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
                 else if (storage)
                     fprintf(stderr,
                             "sdpa-bench --backward: shape %s skipped (half "
-                            "or paged storage; sdpa_backward is float32 / "
-                            "float64)\n",
+                            "or paged storage; the backward table times "
+                            "float32 / float64 inputs)\n",
                             shapes[i].name);
                 else
                     sel[nsel++] = &shapes[i];
