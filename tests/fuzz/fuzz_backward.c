@@ -1546,6 +1546,16 @@ static const fz_seed seeds[] = {
       {F_DROPOUT, 6},
       {F_DROP_SEED, 3},
       {-1, 0}}},
+    /* a caller with the 1.1 struct size: no dropout for it to ask for */
+    {"v1_struct_no_dropout", {{F_STRUCT, 25}, {F_DROPOUT, 6}, {-1, 0}}},
+    /* a ragged call in float16 whose second sequence has keys, no rows */
+    {"ragged_half_no_rows",
+     {{F_RAGGED, 1},
+      {F_DTYPE, 14},
+      {F_RG_SEQS, 1},
+      {F_RG_LEN0, 2 | 3 << 4},
+      {F_RG_LEN0 + 1, 0 | 2 << 4},
+      {-1, 0}}},
 };
 
 static void reset(void)
