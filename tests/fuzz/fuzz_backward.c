@@ -3,7 +3,8 @@
  *
  * An input (fuzz_problem.h's fields, then enum field below; missing bytes
  * read as 0) decodes to a small attention problem and its backward call:
- * dtype (also the declared half types and invalid values), N, Hq / Hkv
+ * dtype (also the declared half types and invalid values), kv_dtype,
+ * bias_dtype and grad_dtype (spelled out, or refused), N, Hq / Hkv
  * (GQA), Tq, Tk, Dk, Dv, layouts (heads inner or outer, padded rows) of q,
  * k, v, out, lse, dout and of the gradients dq, dk, dv; K and V broadcast
  * over N (extent 1 or stride 0: dk / dv then have extent 1 and sum over the
@@ -96,6 +97,7 @@ enum field {
     F_RG_BAD_VAL,
     F_DROPOUT,   /* 1.2: dropout_p (decode_options) */
     F_DROP_SEED, /* its seed and offset */
+    F_TYPES,     /* 1.2: kv_dtype, bias_dtype, grad_dtype (decode_options) */
     F_COUNT
 };
 
@@ -133,6 +135,8 @@ typedef struct bcfg {
     int use_kvlens;
     double slopes[8], sinks[8], dsinks[9]; /* dsinks[0], [Hq+1]: guards */
     int drop_bad; /* dropout_p is one the library refuses */
+    int type_bad; /* kv_dtype or bias_dtype is one the library refuses */
+    int grad_bad; /* grad_dtype is one the library refuses */
 } bcfg;
 
 static bcfg g;
@@ -152,6 +156,9 @@ static void describe(const sdpa_backward_args *a)
                 g.use_kvlens ? "yes" : "no", a->alibi_slopes != NULL,
                 a->sinks != NULL, a->dsinks != NULL,
                 (long long)fz_opt.empty_zero, (long long)fz_opt.threads);
+    if (a->kv_dtype || a->bias_dtype || a->grad_dtype)
+        fz_describe(" kv_dtype=%d bias_dtype=%d grad_dtype=%d", a->kv_dtype,
+                    a->bias_dtype, a->grad_dtype);
     if (a->dropout_p != 0)
         fz_describe(" dropout=%g seed=%llu offset=%llu", a->dropout_p,
                     (unsigned long long)a->dropout_seed,
@@ -258,6 +265,42 @@ static void decode_problem(sdpa_backward_args *a)
 
 /* causal, the mask convention, a window, scale, soft-cap, ALiBi slopes,
  * sinks and dsinks (g.Hq of each). */
+/* 1.2's type fields: mostly 0 (the inputs' own types); those types spelled
+ * out (the same call), or one the library refuses. A caller with the 1.1
+ * struct size has none of them. */
+static void decode_types(sdpa_backward_args *a)
+{
+    static const int bad_grad[4] = {SDPA_FLOAT64, SDPA_FLOAT16, -1, 99};
+    static const int bad_type[4] = {0, 5, -1, INT_MIN};
+    const unsigned tv = fz(F_STRUCT) % 32 == 25 ? 0 : fz(F_TYPES);
+    const int dt = g.dt.dtype, f64 = dt == SDPA_FLOAT64;
+    g.type_bad = g.grad_bad = 0;
+    switch (tv % 8) {
+    case 5:
+        a->kv_dtype = a->bias_dtype = dt;
+        if (dt == SDPA_FLOAT32)
+            a->grad_dtype = SDPA_FLOAT32;
+        break;
+    case 6: /* float32 gradients of a float64 call, or a type not offered */
+        a->grad_dtype = f64 ? SDPA_FLOAT32 : bad_grad[(tv >> 3) % 4];
+        g.grad_bad = 1;
+        break;
+    case 7: { /* float64 beside float32 (or the reverse), or no type at all */
+        const int t = (tv >> 3) % 4 ? bad_type[(tv >> 3) % 4]
+                      : f64         ? SDPA_FLOAT32
+                                    : SDPA_FLOAT64;
+        if ((tv >> 5) % 2)
+            a->bias_dtype = t;
+        else
+            a->kv_dtype = t;
+        g.type_bad = 1;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
 static void decode_options(sdpa_backward_args *a)
 {
     unsigned cv = fz(F_CAUSAL) % 4;
@@ -302,6 +345,7 @@ static void decode_options(sdpa_backward_args *a)
                                  : 0.0;
     a->dropout_seed = (uint64_t)fz(F_DROP_SEED) * 0x9E3779B97F4A7C15ull;
     a->dropout_offset = (uint64_t)(fz(F_DROP_SEED) >> 3);
+    decode_types(a);
 }
 
 /* Fills q, k, v (K/V rows past kv_lens NaN: never read), mask, bias,
@@ -985,6 +1029,8 @@ static void run_ragged(void)
     fz_sset errs = rg_inject(&a, &late);
     if (g.drop_bad)
         errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
+    if (g.type_bad || g.grad_bad)
+        errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
     const fz_sset moot = errs & FZ_BIT(SDPA_OK);
     errs &= ~FZ_BIT(SDPA_OK);
     const int bad_dtype = !g.dt.valid && !g.dt.pending;
@@ -998,7 +1044,7 @@ static void run_ragged(void)
         expect |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
     if (g.dt.pending)
         expect |= FZ_ALL_DOCUMENTED;
-    if ((!errs || late) && !bad_dtype && empty_error)
+    if ((!errs || late || g.grad_bad) && !bad_dtype && empty_error)
         expect |= FZ_BIT(SDPA_ERR_FULLY_MASKED_ROW);
     if ((!errs || moot) && !bad_dtype && g.dt.valid && !empty_error)
         expect |= valid_outcomes(special, check_vals);
@@ -1038,6 +1084,8 @@ static void run(void)
         errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
     if (g.drop_bad)
         errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
+    if (g.type_bad || g.grad_bad)
+        errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
 
     /* one argument error */
     unsigned bk = fz(F_BAD_KIND) % 24, bw = fz(F_BAD_WHICH);
@@ -1285,7 +1333,7 @@ static void run(void)
     const int own = (1 << T_DOUT) | (1 << T_DQ) | (1 << T_DK) | (1 << T_DV) |
                     (1 << T_DBIAS);
     if (errs && !fz_opt.empty_zero &&
-        (overlap >= 0 || bk == 12 || bk == 13 || bk == 14 ||
+        (overlap >= 0 || bk == 12 || bk == 13 || bk == 14 || g.grad_bad ||
          (null_t >= 0 && ((own >> null_t) & 1))))
         expect |= FZ_BIT(SDPA_ERR_FULLY_MASKED_ROW);
     int check_vals = 0;
@@ -1548,6 +1596,19 @@ static const fz_seed seeds[] = {
       {-1, 0}}},
     /* a caller with the 1.1 struct size: no dropout for it to ask for */
     {"v1_struct_no_dropout", {{F_STRUCT, 25}, {F_DROPOUT, 6}, {-1, 0}}},
+    /* 1.2 type fields (F_TYPES 5 spelled out, 6 grad_dtype refused, 7
+     * kv_dtype or bias_dtype refused) */
+    {"types_spelled_out", {{F_TYPES, 5}, {F_MASK, 1}, {-1, 0}}},
+    {"grad_dtype_refused", {{F_TYPES, 6 | 1 << 3}, {-1, 0}}},
+    {"kv_dtype_mixes_f64", {{F_TYPES, 7}, {F_DTYPE, 9}, {-1, 0}}},
+    {"bias_dtype_refused", {{F_TYPES, 7 | 2 << 3 | 1 << 5}, {-1, 0}}},
+    {"ragged_grad_f32",
+     {{F_RAGGED, 1},
+      {F_TYPES, 5},
+      {F_RG_SEQS, 1},
+      {F_RG_LEN0, 2 | 3 << 4},
+      {F_RG_LEN0 + 1, 3 | 4 << 4},
+      {-1, 0}}},
     /* a ragged call in float16 whose second sequence has keys, no rows */
     {"ragged_half_no_rows",
      {{F_RAGGED, 1},
