@@ -49,7 +49,7 @@ static void usage_help(FILE *f);
 static const struct command commands[] = {
     {"demo", "compute and print the two-token example (docs/SEMANTICS.md)",
      tool_cmd_demo, usage_demo},
-    {"stats", "rerun the blog's scaling experiment: max weight, entropy",
+    {"stats", "rerun \"How attention works\"'s scale experiment over seeds",
      tool_cmd_stats, tool_usage_stats},
     {"plan", "flops, T x T bytes, libsdpa's workspace and path of a call",
      tool_cmd_plan, tool_usage_plan},
