@@ -263,16 +263,20 @@ static void decode_problem(sdpa_backward_args *a)
     a->kv_lens = g.use_kvlens ? g.kv_lens : NULL;
 }
 
-/* causal, the mask convention, a window, scale, soft-cap, ALiBi slopes,
- * sinks and dsinks (g.Hq of each). */
+/* A caller built against the 1.1 header (struct_size BWD_ARGS_V1,
+ * fz_pack_struct's selector 25): the 1.2 fields are not its to set. */
+static int caller_of_1_1(void)
+{
+    return fz(F_STRUCT) % 32 == 25;
+}
+
 /* 1.2's type fields: mostly 0 (the inputs' own types); those types spelled
- * out (the same call), or one the library refuses. A caller with the 1.1
- * struct size has none of them. */
+ * out (the same call), or one the library refuses. */
 static void decode_types(sdpa_backward_args *a)
 {
     static const int bad_grad[4] = {SDPA_FLOAT64, SDPA_FLOAT16, -1, 99};
     static const int bad_type[4] = {0, 5, -1, INT_MIN};
-    const unsigned tv = fz(F_STRUCT) % 32 == 25 ? 0 : fz(F_TYPES);
+    const unsigned tv = caller_of_1_1() ? 0 : fz(F_TYPES);
     const int dt = g.dt.dtype, f64 = dt == SDPA_FLOAT64;
     g.type_bad = g.grad_bad = 0;
     switch (tv % 8) {
@@ -301,6 +305,8 @@ static void decode_types(sdpa_backward_args *a)
     }
 }
 
+/* causal, the mask convention, a window, scale, soft-cap, ALiBi slopes,
+ * sinks and dsinks (g.Hq of each); dropout and the type fields. */
 static void decode_options(sdpa_backward_args *a)
 {
     unsigned cv = fz(F_CAUSAL) % 4;
@@ -333,11 +339,7 @@ static void decode_options(sdpa_backward_args *a)
     /* 1.2 dropout: mostly none, 0.2 or 0.6 (the forward's out and the
      * oracle draw the same mask), or a refused value */
     static const double refused[4] = {-0.5, 1.0, NAN, INFINITY};
-    unsigned dv = fz(F_DROPOUT);
-    /* a caller built against the 1.1 header (struct_size BWD_ARGS_V1,
-     * fz_pack_struct's selector 25) has no dropout fields to set */
-    if (fz(F_STRUCT) % 32 == 25)
-        dv = 0;
+    const unsigned dv = caller_of_1_1() ? 0 : fz(F_DROPOUT);
     g.drop_bad = dv % 8 == 7;
     a->dropout_p = dv % 8 == 5   ? 0.2
                    : dv % 8 == 6 ? 0.6
@@ -346,6 +348,17 @@ static void decode_options(sdpa_backward_args *a)
     a->dropout_seed = (uint64_t)fz(F_DROP_SEED) * 0x9E3779B97F4A7C15ull;
     a->dropout_offset = (uint64_t)(fz(F_DROP_SEED) >> 3);
     decode_types(a);
+}
+
+/* The statuses the values decode_options drew call for. */
+static fz_sset option_errors(void)
+{
+    fz_sset errs = 0;
+    if (g.drop_bad)
+        errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
+    if (g.type_bad || g.grad_bad)
+        errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
+    return errs;
 }
 
 /* Fills q, k, v (K/V rows past kv_lens NaN: never read), mask, bias,
@@ -1027,10 +1040,7 @@ static void run_ragged(void)
     }
     int late = 0;
     fz_sset errs = rg_inject(&a, &late);
-    if (g.drop_bad)
-        errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
-    if (g.type_bad || g.grad_bad)
-        errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
+    errs |= option_errors();
     const fz_sset moot = errs & FZ_BIT(SDPA_OK);
     errs &= ~FZ_BIT(SDPA_OK);
     const int bad_dtype = !g.dt.valid && !g.dt.pending;
@@ -1082,10 +1092,7 @@ static void run(void)
     fz_sset errs = 0, amb = 0;
     if (!g.dt.valid && !g.dt.pending)
         errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
-    if (g.drop_bad)
-        errs |= FZ_BIT(SDPA_ERR_BAD_DROPOUT);
-    if (g.type_bad || g.grad_bad)
-        errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
+    errs |= option_errors();
 
     /* one argument error */
     unsigned bk = fz(F_BAD_KIND) % 24, bw = fz(F_BAD_WHICH);
