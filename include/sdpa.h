@@ -990,6 +990,9 @@ typedef struct sdpa_mha_backward_args {
     sdpa_tensor dx_q, dx_kv;      /* optional outputs */
     void *dw_q, *dw_k, *dw_v, *dw_o;
     void *db_q, *db_k, *db_v, *db_o;
+    /* 1.2: half-precision storage (see above) */
+    int grad_dtype; /* 0: the gradients in forward->dtype; SDPA_FLOAT32:
+                       in float32 (a layer computed in float32) */
 } sdpa_mha_backward_args;
 
 #define SDPA_MHA_BACKWARD_ARGS_INIT                                            \
