@@ -541,6 +541,37 @@ static void test_backward_struct_v1(void **state)
     data_free(&d);
 }
 
+/* A float32 layer takes grad_dtype SDPA_FLOAT32 as 0: the same bits. */
+static void test_float32_grad_dtype(void **state)
+{
+    (void)state;
+    rng r = {515};
+    lh_case c = case_of(SDPA_FLOAT16, 13); /* the data only: float32 used */
+    lh_data d;
+    data_make(&d, &c, &r);
+    lh_out zero, f32;
+    out_make(&zero, &c);
+    out_make(&f32, &c);
+    sdpa_ctx *ctx;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    sdpa_forward_args attn_zero, attn_f32;
+    sdpa_mha_args a_zero = layer_args(&d, false, &attn_zero, &zero);
+    sdpa_mha_args a_f32 = layer_args(&d, false, &attn_f32, &f32);
+    sdpa_mha_backward_args b_zero = backward_args(&d, false, 0, &a_zero, &zero);
+    sdpa_mha_backward_args b_f32 =
+        backward_args(&d, false, SDPA_FLOAT32, &a_f32, &f32);
+    assert_int_equal(sdpa_mha_backward(ctx, &b_zero), SDPA_OK);
+    assert_int_equal(sdpa_mha_backward(ctx, &b_f32), SDPA_OK);
+    expect_bits(zero.dx_q32, f32.dx_q32, c.n * c.tq * c.e, "dx_q");
+    for (int i = 0; i < PARAMS; i++)
+        expect_bits(zero.grads32[i], f32.grads32[i],
+                    param_rows(&c, i) * param_width(&c, i), grad_names[i]);
+    sdpa_ctx_destroy(ctx);
+    out_free(&zero);
+    out_free(&f32);
+    data_free(&d);
+}
+
 /* ---- Refusals: the status, the message, outputs untouched. -------------- */
 
 static void expect_forward_error(sdpa_ctx *ctx, const sdpa_mha_args *a,
@@ -730,6 +761,7 @@ int main(void)
         BOTH_TYPES(test_zero_allocations),
         BOTH_TYPES(test_backward_struct_v1),
         BOTH_TYPES(test_errors),
+        cmocka_unit_test(test_float32_grad_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,11 @@
  * Scratch is one buffer (ctx->layer) that only grows: a repeated call of
  * the same shape allocates nothing, and neither does sdpa_forward then.
  *
+ * A half dtype (1.2) runs the same five steps in float32 on copies of the
+ * inputs widened into that buffer, into a float32 y there, which is then
+ * checked (a finite value that would round to infinity is refused, y
+ * untouched) and rounded once into the caller's y (layer_half.h).
+ *
  * The pipeline: validate (→ layer_fwd_problem) → plan (→ the scratch
  * layout) → reserve → run (the five steps).
  */

@@ -36,6 +36,11 @@
  * sdpa_backward keep theirs in the workers' scratch. A repeated call of
  * the same shape allocates nothing.
  *
+ * A half dtype (1.2) runs the float32 pass on copies of the inputs and dy
+ * widened into ctx->layer, its gradients into the caller's float32 outputs
+ * (grad_dtype SDPA_FLOAT32) or into float32 scratch, then rounded once
+ * into the caller's half outputs (layer_half.h).
+ *
  * The validation of the forward's arguments follows layer.c's rules and
  * messages, through the helpers both share (layer_common.h). The
  * pipeline: validate (→ layer_bwd_problem) → plan (→ the scratch layout)
