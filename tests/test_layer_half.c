@@ -541,6 +541,32 @@ static void test_backward_struct_v1(void **state)
     data_free(&d);
 }
 
+/* A float16 gradient past 65504 is +-inf, not an error: dy = 60000
+ * everywhere makes db_o = 10 · 60000 (n · tq rows), which check_case
+ * expects rounded to +inf, next to the float32 call's 600000. */
+static void test_gradient_overflow(void **state)
+{
+    (void)state;
+    rng r = {606};
+    lh_case c = case_of(SDPA_FLOAT16, 17); /* self-attention, biases */
+    lh_data d;
+    data_make(&d, &c, &r);
+    bool exact = false;
+    for (int64_t i = 0; i < d.dy.rows; i++)
+        for (int64_t j = 0; j < d.dy.width; j++) {
+            d.dy.f[i * d.dy.width + j] = 60000.0f;
+            d.dy.h[i * d.dy.pitch + j] =
+                half_codec_bits(60000.0, SDPA_FLOAT16, &exact);
+            assert_true(exact);
+        }
+    assert_int_equal(d.dy.rows, 10);
+    sdpa_ctx *ctx;
+    assert_int_equal(sdpa_ctx_create(&ctx), SDPA_OK);
+    check_case(ctx, &d);
+    sdpa_ctx_destroy(ctx);
+    data_free(&d);
+}
+
 /* A float32 layer takes grad_dtype SDPA_FLOAT32 as 0: the same bits. */
 static void test_float32_grad_dtype(void **state)
 {
@@ -762,6 +788,7 @@ int main(void)
         BOTH_TYPES(test_backward_struct_v1),
         BOTH_TYPES(test_errors),
         cmocka_unit_test(test_float32_grad_dtype),
+        cmocka_unit_test(test_gradient_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
