@@ -19,8 +19,10 @@
  * magnitude (of 1/64 for x and dy), exact in both half types, so that the
  * widened inputs are known here without the library. Also: a repeated
  * call allocates nothing, the older (1.1) size of sdpa_mha_backward_args,
- * and every refusal with its status, a message naming the call and the
- * outputs untouched.
+ * a float32 layer's grad_dtype SDPA_FLOAT32 (the same bits as 0), a
+ * float16 gradient that overflows (+inf, not an error), and every refusal
+ * with its status, a message naming the call and the outputs untouched
+ * (y that would round to infinity included).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -289,7 +289,8 @@ int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
     f->struct_size = sizeof *f;
     f->dtype = p->dtype;
     f->kv_dtype = 0;
-    f->bias_dtype = f->bias_dtype ? f->bias_dtype : storage;
+    if (half) /* the compute type is no longer the bias's default */
+        f->bias_dtype = f->bias_dtype ? f->bias_dtype : storage;
     return SDPA_OK;
 }
 

@@ -179,8 +179,9 @@ int sdpa_layer_check_heads(sdpa_ctx *ctx, const char *who, const char *field,
  * out) and logits, an attn->dtype or kv_dtype other than 0 and the layer's
  * storage type, and a bias_dtype other than 0, that type and (a half
  * layer) SDPA_FLOAT32; then sets f->struct_size, f->dtype (p->dtype, the
- * compute type of the layer's own q, k, v and out), f->kv_dtype (0) and
- * f->bias_dtype (the bias's storage type). `field` names attn in the
+ * compute type of the layer's own q, k, v and out), f->kv_dtype (0) and,
+ * in a half layer, f->bias_dtype (the bias's storage type). `field` names
+ * attn in the
  * messages ("attn" or "forward->attn"); `dtype_hint` ends the dtype
  * message ("" for none). */
 int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
