@@ -2,7 +2,7 @@
  * sdpa-bench --backward: sdpa_backward against what it is judged by, in one
  * process, interleaved as the forward table is (main.c).
  *
- * For each selected shape (default A, B, D, E, I) and each --threads T:
+ * For each selected shape (default A, Ab, Ad, B, D, E, I) and each --threads T:
  *   sdpa backward  sdpa_backward: dq, dk, dv from q, k, v, out, dout, lse
  *   sdpa fwd+lse   sdpa_forward (path auto) with the lse output, the call
  *                  whose out and lse the backward reads
@@ -50,7 +50,7 @@ static const char *const MEM_BOUND_SHAPES[] = {"E"};
  * (E: 8192-row blocks, so its bound is two passes per head). */
 static const size_t GEMMS_BLOCK_BUDGET = (size_t)512 << 20;
 
-static const char DEFAULT_SHAPES[] = "A,B,D,E,I";
+static const char DEFAULT_SHAPES[] = "A,Ab,Ad,B,D,E,I";
 
 /* ---- tensors ------------------------------------------------------------- */
 
@@ -60,18 +60,22 @@ static const char DEFAULT_SHAPES[] = "A,B,D,E,I";
 typedef struct bwd_data {
     bench_data d;
     void *lse, *dout, *dq, *dk, *dv;
+    void *dout_lib; /* dout in io_type for the library (NULL: dout) */
+    int io_type;    /* q, out, dout and dq: dtype or a half type */
+    int kv_type;    /* k, v, dk and dv */
     void *out_fwd, *lse_fwd;
     void *dq_bare, *dk_bare, *dv_bare;
     size_t nq, nk, nv, nlse; /* element counts (out and dout: d.out_count) */
     sdpa_forward_args fwd;   /* the timed forward: out_fwd, lse_fwd */
     sdpa_backward_args bwd;
-    double io_bwd, io_fwd; /* bytes of the calls' inputs + outputs */
+    double io_bwd, io_fwd, io_gemms; /* bytes of inputs + outputs */
 } bwd_data;
 
 static void bwd_data_free(bwd_data *b)
 {
-    void *bufs[] = {b->lse,     b->dout,    b->dq,      b->dk,      b->dv,
-                    b->out_fwd, b->lse_fwd, b->dq_bare, b->dk_bare, b->dv_bare};
+    void *bufs[] = {b->lse,     b->dout,    b->dq,      b->dk,
+                    b->dv,      b->out_fwd, b->lse_fwd, b->dq_bare,
+                    b->dk_bare, b->dv_bare, b->dout_lib};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     bench_data_free(&b->d);
@@ -82,6 +86,8 @@ sdpa_backward_args bench_backward_of(const sdpa_forward_args *a)
 {
     sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
     g.dtype = a->dtype;
+    g.kv_dtype = a->kv_dtype;
+    g.bias_dtype = a->bias_dtype;
     g.causal = a->causal;
     g.flags = a->flags;
     g.scale = a->scale;
@@ -117,7 +123,15 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
         snprintf(note, note_size, "n/a (out of memory for the inputs)");
         return -1;
     }
+    /* the storage shapes (Ab: bfloat16) hand the backward q, k, v, out and
+     * dout in their storage types and take the gradients in io_type; lse
+     * stays in the compute type, and the five gemms run in float32 on the
+     * same (exactly representable) values */
     const size_t el = bench_elem_size(s->dtype);
+    b->io_type = s->io_type ? s->io_type : s->dtype;
+    const size_t io_el = bench_type_size(b->io_type);
+    b->kv_type = s->kv_type ? s->kv_type : s->dtype;
+    const size_t kv_el = bench_type_size(b->kv_type);
     const size_t no = b->d.out_count;
     b->nq = (size_t)(s->n * s->hq * s->tq * s->dk);
     b->nk = (size_t)(s->n * s->hkv * s->tk * s->dk);
@@ -129,7 +143,8 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
     const size_t counts[] = {b->nlse, no,      b->nq, b->nk, b->nv,
                              no,      b->nlse, b->nq, b->nk, b->nv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        /* zeroed, so resident before any measurement */
+        /* zeroed, so resident before any measurement; the library's
+         * gradients and out in io_type take at most el per element */
         if (!(*bufs[i] = bench_alloc(counts[i] * el))) {
             snprintf(note, note_size, "n/a (out of memory for the tensors)");
             bwd_data_free(b);
@@ -137,6 +152,15 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
         }
     /* dout from a seed of its own: not correlated with q, k, v */
     bench_fill_random(b->dout, no, s->dtype, seed ^ 0x5DEECE66Dull);
+    int failed = 0;
+    b->dout_lib = s->dtype == SDPA_FLOAT32
+                      ? bench_typed_copy(b->dout, no, b->io_type, &failed)
+                      : NULL;
+    if (failed) {
+        snprintf(note, note_size, "n/a (out of memory for the tensors)");
+        bwd_data_free(b);
+        return -1;
+    }
 
     const sdpa_forward_args *a = &b->d.args;
     sdpa_tensor lse = sdpa_tensor_bhtd(b->lse, s->n, s->hq, s->tq, 1);
@@ -146,16 +170,20 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
 
     sdpa_backward_args g = bench_backward_of(a);
     g.lse = lse;
-    g.dout = sdpa_tensor_bhtd(b->dout, s->n, s->hq, s->tq, s->dv);
+    g.dout = sdpa_tensor_bhtd(b->dout_lib ? b->dout_lib : b->dout, s->n, s->hq,
+                              s->tq, s->dv);
     g.dq = sdpa_tensor_bhtd(b->dq, s->n, s->hq, s->tq, s->dk);
     g.dk = sdpa_tensor_bhtd(b->dk, s->n, s->hkv, s->tk, s->dk);
     g.dv = sdpa_tensor_bhtd(b->dv, s->n, s->hkv, s->tk, s->dv);
     b->bwd = g;
 
     /* q, k, v, out, dout, lse in; dq, dk, dv out */
-    b->io_bwd =
-        (double)((b->nq + b->nk + b->nv) * 2 + no * 2 + b->nlse) * (double)el;
-    b->io_fwd = (double)(b->nq + b->nk + b->nv + no + b->nlse) * (double)el;
+    b->io_bwd = (double)((b->nq + no) * 2 * io_el +
+                         (b->nk + b->nv) * 2 * kv_el + b->nlse * el);
+    /* the gemms: q, k, v, dout in and dq, dk, dv out, in the compute type */
+    b->io_gemms = (double)((b->nq + b->nk + b->nv) * 2 + no) * (double)el;
+    b->io_fwd =
+        (double)((b->nq + no) * io_el + (b->nk + b->nv) * kv_el + b->nlse * el);
 
     sdpa_forward_args ref = *a;
     ref.lse = lse;
@@ -176,10 +204,40 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
 
 /* ---- checks -------------------------------------------------------------- */
 
-static double load(const void *base, size_t i, int dtype)
+/* Element i of a buffer of any type the table hands over. */
+static double load(const void *base, size_t i, int type)
 {
-    return dtype == SDPA_FLOAT64 ? ((const double *)base)[i]
-                                 : (double)((const float *)base)[i];
+    switch (type) {
+    case SDPA_FLOAT64:
+        return ((const double *)base)[i];
+    case SDPA_FLOAT16:
+    case SDPA_BFLOAT16:
+        return (double)bench_half_value(((const uint16_t *)base)[i], type);
+    default:
+        return (double)((const float *)base)[i];
+    }
+}
+
+/* max |a_i - b_i| over n elements of `type`; +inf on a NaN. */
+static double max_abs_diff(const void *a, const void *b, size_t n, int type)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double diff = fabs(load(a, i, type) - load(b, i, type));
+        if (!(diff <= worst))
+            worst = isnan(diff) ? INFINITY : diff;
+    }
+    return worst;
+}
+
+/* The identities' limit for gradients stored in `type`: each value rounded
+ * once moves a column's sum by at most half an ulp of its magnitude sum
+ * (Σ_j |dv_j| <= Σ_i |dout_i|), on top of the compute type's limit. */
+static double gradient_tolerance(int dtype, int type)
+{
+    return bench_tolerance(dtype) + (type == SDPA_BFLOAT16  ? 0x1p-8
+                                     : type == SDPA_FLOAT16 ? 0x1p-10
+                                                            : 0.0);
 }
 
 /* The gradients against two identities that hold whatever the inputs when
@@ -215,7 +273,7 @@ static double check_identities(const bwd_data *b)
                     double x = load(
                         b->dv,
                         (size_t)(((n * s->hkv + kh) * s->tk + j) * s->dv + c),
-                        s->dtype);
+                        b->kv_type);
                     if (j >= len && x != 0.0)
                         return INFINITY; /* keys no row sees: dv = 0 */
                     sum += x;
@@ -223,9 +281,9 @@ static double check_identities(const bwd_data *b)
                 for (int64_t h = kh * g; h < (kh + 1) * g; h++)
                     for (int64_t i = 0; i < s->tq; i++) {
                         double y = load(
-                            b->dout,
+                            b->dout_lib ? b->dout_lib : b->dout,
                             (size_t)(((n * s->hq + h) * s->tq + i) * s->dv + c),
-                            s->dtype);
+                            b->io_type);
                         sum -= y;
                         mag += fabs(y);
                     }
@@ -239,7 +297,7 @@ static double check_identities(const bwd_data *b)
                     double x = load(
                         b->dk,
                         (size_t)(((n * s->hkv + kh) * s->tk + j) * s->dk + c),
-                        s->dtype);
+                        b->kv_type);
                     if (j >= len && x != 0.0)
                         return INFINITY; /* keys no row sees: dk = 0 */
                     sum += x;
@@ -252,7 +310,7 @@ static double check_identities(const bwd_data *b)
         }
     /* dq: no identity, but every value must have been written */
     for (size_t i = 0; i < b->nq; i++)
-        if (isnan(load(b->dq, i, s->dtype)))
+        if (isnan(load(b->dq, i, b->io_type)))
             return INFINITY;
     return worst;
 }
@@ -261,13 +319,15 @@ static double check_identities(const bwd_data *b)
  * is the library's promise (bitwise identical results). */
 static uint64_t gradient_hash(const bwd_data *b)
 {
-    const size_t el = bench_elem_size(b->d.shape->dtype);
     const void *bufs[3] = {b->dq, b->dk, b->dv};
     const size_t counts[3] = {b->nq, b->nk, b->nv};
+    const size_t el[3] = {bench_type_size(b->io_type),
+                          bench_type_size(b->kv_type),
+                          bench_type_size(b->kv_type)};
     uint64_t h = 0xcbf29ce484222325ull;
     for (int k = 0; k < 3; k++) {
         const unsigned char *p = bufs[k];
-        for (size_t i = 0; i < counts[k] * el; i++)
+        for (size_t i = 0; i < counts[k] * el[k]; i++)
             h = (h ^ p[i]) * 0x100000001b3ull;
     }
     return h;
@@ -418,12 +478,14 @@ static void setup(bwd_variant *v, bwd_data *b, const bench_env *env)
         v->row.scratch =
             (int64_t)(atomic_load(&v->count.peak) - v->live_before);
 
-    double tol = bench_tolerance(s->dtype);
+    double tol = v->row.variant == BWD_BACKWARD
+                     ? gradient_tolerance(s->dtype, b->kv_type) /* dk, dv */
+                     : bench_tolerance(s->dtype);
     if (v->row.variant == BWD_BACKWARD)
         v->row.check = check_identities(b);
     else if (v->row.variant == BWD_FORWARD) /* against the feeding forward */
-        v->row.check = bench_max_abs_diff(b->out_fwd, b->d.out_lib,
-                                          b->d.out_count, s->dtype);
+        v->row.check =
+            max_abs_diff(b->out_fwd, b->d.out_lib, b->d.out_count, b->io_type);
     if (v->row.variant != BWD_GEMMS && v->row.check >= 0 &&
         !(v->row.check <= tol)) {
         v->row.check_bad = 1;
@@ -582,7 +644,9 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
         r->workspace = -1;
         r->peak_growth = -1;
         r->check = -1.0;
-        r->io = i == BWD_FORWARD ? b->io_fwd : b->io_bwd;
+        r->io = i == BWD_FORWARD ? b->io_fwd
+                : i == BWD_GEMMS ? b->io_gemms
+                                 : b->io_bwd;
     }
     memset(m, 0, sizeof *m);
     m->shape = s;
@@ -894,11 +958,14 @@ static void print_ref_ratios(const bwd_row *rows, const bwd_summary *sums,
                     continue;
                 }
                 double x = a->median_s / b->median_s;
+                double target =
+                    parts[k] == BWD_BACKWARD && s->backward_ref_target > 0
+                        ? s->backward_ref_target
+                        : s->ref_target;
                 printf(" %s %.3f (%.3f / %.3f ms) [target <= %.2f: %s]%s",
                        bwd_names[parts[k]], x, a->median_s * 1e3,
-                       b->median_s * 1e3, s->ref_target,
-                       x <= s->ref_target ? "met" : "NOT met",
-                       k == 0 ? ";" : "\n");
+                       b->median_s * 1e3, target,
+                       x <= target ? "met" : "NOT met", k == 0 ? ";" : "\n");
             }
         }
     }
@@ -919,10 +986,9 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
         for (const char *p = list; *p;) {
             const char *comma = strchr(p, ',');
             size_t tok = comma ? (size_t)(comma - p) : strlen(p);
-            /* the table times float32 / float64 inputs, unpaged: the
-             * storage-type shapes (Gh, Ah, Ph, ...) have no row here */
-            bool storage =
-                shapes[i].io_type || shapes[i].kv_type || shapes[i].page;
+            /* the backward reads contiguous K/V: no paged shape (Ph);
+             * decode shapes (Gh, ...) are no training step */
+            bool skipped = shapes[i].page || shapes[i].decode;
             if (tok == len && strncasecmp(p, shapes[i].name, len) == 0) {
                 if (shapes[i].ragged)
                     fprintf(stderr,
@@ -930,12 +996,13 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
                             "ragged shape: the forward table times its "
                             "backward, if it has one)\n",
                             shapes[i].name);
-                else if (storage)
+                else if (skipped)
                     fprintf(stderr,
-                            "sdpa-bench --backward: shape %s skipped (half "
-                            "or paged storage; the backward table times "
-                            "float32 / float64 inputs)\n",
-                            shapes[i].name);
+                            "sdpa-bench --backward: shape %s skipped (%s)\n",
+                            shapes[i].name,
+                            shapes[i].page ? "paged K/V: sdpa_backward "
+                                             "reads contiguous K/V"
+                                           : "a decode shape");
                 else
                     sel[nsel++] = &shapes[i];
                 break;

@@ -46,9 +46,10 @@ typedef struct bench_shape {
     /* 1.1 sliding window (SDPA_FLAG_WINDOW) and what it is compared with */
     int window;                        /* the call sets SDPA_FLAG_WINDOW */
     int64_t window_left, window_right; /* -1 = unbounded side */
-    const char *ref;     /* a shape whose sdpa auto call runs in this shape's
-                            rounds ("ref sdpa auto"); NULL = none */
-    double ref_target;   /* reported: median / ref median <= this */
+    const char *ref;   /* a shape whose sdpa auto call runs in this shape's
+                          rounds ("ref sdpa auto"); NULL = none */
+    double ref_target; /* reported: median / ref median <= this */
+    double backward_ref_target; /* --backward's: 0 = ref_target */
     int dense_bias;      /* variant "sdpa dense bias": the window as a dense
                             [1, 1, Tq, Tk] bias (0 / -inf), no window flag */
     double dense_target; /* reported: dense median / median >= this */

@@ -150,7 +150,7 @@ static void usage(FILE *f)
             "                    once untimed, as the reference of the "
             "max|diff| check\n"
             "  --backward        instead of the forward table: per shape "
-            "(default A,B,D,E,I;\n"
+            "(default A,Ab,Ad,B,D,E,I;\n"
             "                    --only picks others) and --threads value, "
             "sdpa_backward, the\n"
             "                    forward with lse that feeds it (path auto) "
