@@ -34,10 +34,22 @@
 
 #include "bench.h"
 
-enum { BWD_BACKWARD = 0, BWD_FORWARD, BWD_GEMMS, BWD_COUNT };
+/* A shape with a ref (Ab, Ad: A with something) also runs the ref shape's
+ * backward and forward in its own rounds, as the forward table does, so
+ * that its ratios to A are measured side by side. */
+enum {
+    BWD_BACKWARD = 0,
+    BWD_FORWARD,
+    BWD_GEMMS,
+    BWD_COUNT, /* the variants of every shape, its table rows */
+    BWD_REF_BACKWARD = BWD_COUNT,
+    BWD_REF_FORWARD,
+    BWD_ALL
+};
 
-static const char *const bwd_names[BWD_COUNT] = {"sdpa backward",
-                                                 "sdpa fwd+lse", "five gemms"};
+static const char *const bwd_names[BWD_ALL] = {"sdpa backward", "sdpa fwd+lse",
+                                               "five gemms", "ref backward",
+                                               "ref fwd+lse"};
 
 /* The backward's targets (docs/PERFORMANCE.md): at most 3x the forward on
  * one core for A and D, and E within inputs + outputs + 16 MiB of scratch. */
@@ -69,6 +81,7 @@ typedef struct bwd_data {
     sdpa_forward_args fwd;   /* the timed forward: out_fwd, lse_fwd */
     sdpa_backward_args bwd;
     double io_bwd, io_fwd, io_gemms; /* bytes of inputs + outputs */
+    struct bwd_data *ref;            /* the ref shape's, or NULL */
 } bwd_data;
 
 static void bwd_data_free(bwd_data *b)
@@ -79,6 +92,10 @@ static void bwd_data_free(bwd_data *b)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     bench_data_free(&b->d);
+    if (b->ref) {
+        bwd_data_free(b->ref);
+        free(b->ref);
+    }
     memset(b, 0, sizeof *b);
 }
 
@@ -385,7 +402,11 @@ static void fail(bwd_variant *v, int status, const char *where)
  * --lib-blas-threads. */
 static double run_once(bwd_variant *v, const bwd_data *b, const bench_env *env)
 {
-    const int var = v->row.variant;
+    int var = v->row.variant;
+    if (var >= BWD_COUNT) { /* the ref shape's call of the same kind */
+        var -= BWD_COUNT;
+        b = b->ref;
+    }
     openblas_set_num_threads(var != BWD_GEMMS && env->lib_blas_threads
                                  ? env->lib_blas_threads
                                  : v->row.threads);
@@ -413,9 +434,11 @@ static int lib_prepare(bwd_variant *v, const bwd_data *b, const bench_env *env)
     if (st == SDPA_OK)
         st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_NUM_THREADS, v->row.threads);
     /* the backward's tiles only: the forward stays as the library ships */
-    if (st == SDPA_OK && v->row.variant == BWD_BACKWARD && env->block_q)
+    const bool backward =
+        v->row.variant == BWD_BACKWARD || v->row.variant == BWD_REF_BACKWARD;
+    if (st == SDPA_OK && backward && env->block_q)
         st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_BLOCK_Q, env->block_q);
-    if (st == SDPA_OK && v->row.variant == BWD_BACKWARD && env->block_k)
+    if (st == SDPA_OK && backward && env->block_k)
         st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_BLOCK_K, env->block_k);
     if (st != SDPA_OK) {
         fail(v, st, "context");
@@ -443,6 +466,11 @@ static void setup(bwd_variant *v, bwd_data *b, const bench_env *env)
     }
     int64_t rss0 = bench_mem_peak_start(env->peak_reset_ok);
     v->live = 1;
+    if (v->row.variant >= BWD_COUNT) { /* timed only: checked in its block */
+        if (lib_prepare(v, b->ref, env) == 0)
+            v->cold_s = run_once(v, b, env);
+        return;
+    }
     if (v->row.variant == BWD_GEMMS) {
         if (bench_baseline_init(&v->s_block, s, GEMMS_BLOCK_BUDGET) ||
             bench_baseline_init(&v->dp_block, s, GEMMS_BLOCK_BUDGET)) {
@@ -511,6 +539,8 @@ typedef struct bwd_summary {
     double extra;        /* max(peak RSS growth, scratch) of the backward */
     int mem_pass;        /* -1 not measurable */
     const char *bitwise; /* "", or identical to / DIFFER from block 1 */
+    double ref_ratio[2]; /* [0] backward, [1] forward over the ref shape's,
+                            in the same rounds (0: none) */
 } bwd_summary;
 
 static int listed(const char *const *names, size_t n, const char *name)
@@ -521,14 +551,14 @@ static int listed(const char *const *names, size_t n, const char *name)
     return 0;
 }
 
-static int choose_reps(const bench_shape *s, bwd_variant *vars,
+static int choose_reps(const bench_shape *s, bwd_variant *vars, int nvar,
                        const bwd_data *b, const bench_env *env,
                        const bench_backward_opts *o)
 {
     if (s->max_reps == 1)
         return 1;
     double round = 0.0;
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         double t = vars[i].live ? run_once(&vars[i], b, env) : -1.0;
         round += t > 0 ? t : 0.0;
     }
@@ -633,20 +663,22 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
                      int *first_threads, bwd_row *out, bwd_summary *m)
 {
     const bench_shape *s = b->d.shape;
-    bwd_variant vars[BWD_COUNT];
+    const int nvar = b->ref ? BWD_ALL : BWD_COUNT;
+    bwd_variant vars[BWD_ALL];
     memset(vars, 0, sizeof vars);
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         bwd_row *r = &vars[i].row;
-        r->shape = s;
+        r->shape = i < BWD_COUNT ? s : b->ref->d.shape;
         r->threads = threads;
         r->variant = i;
         r->scratch = -1;
         r->workspace = -1;
         r->peak_growth = -1;
         r->check = -1.0;
-        r->io = i == BWD_FORWARD ? b->io_fwd
-                : i == BWD_GEMMS ? b->io_gemms
-                                 : b->io_bwd;
+        const bwd_data *data = i < BWD_COUNT ? b : b->ref;
+        r->io = i % BWD_COUNT == BWD_FORWARD ? data->io_fwd
+                : i == BWD_GEMMS             ? data->io_gemms
+                                             : data->io_bwd;
     }
     memset(m, 0, sizeof *m);
     m->shape = s;
@@ -657,7 +689,7 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
     /* the backward first: its peak is the one the bound is about */
     fprintf(stderr, "[%s thr=%d backward] setup:", s->name, threads);
     int warnings = 0;
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         fprintf(stderr, " %s", bwd_names[i]);
         setup(&vars[i], b, env);
         fprintf(stderr, vars[i].live ? " %.3fs;" : " -;", vars[i].cold_s);
@@ -679,25 +711,25 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
             }
         }
     }
-    int reps = choose_reps(s, vars, b, env, o);
+    int reps = choose_reps(s, vars, nvar, b, env, o);
     fprintf(stderr, " -> %d timed round%s\n", reps, reps == 1 ? "" : "s");
 
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         vars[i].times = calloc((size_t)reps, sizeof(double));
         vars[i].cpu_times = calloc((size_t)reps, sizeof(double));
         if (!vars[i].times || !vars[i].cpu_times)
             vars[i].live = 0;
     }
     if (s->max_reps == 1) { /* the cold setup run is the timed run */
-        for (int i = 0; i < BWD_COUNT; i++)
+        for (int i = 0; i < nvar; i++)
             if (vars[i].live) {
                 vars[i].times[0] = vars[i].cold_s;
                 vars[i].cpu_times[0] = vars[i].last_cpu;
                 vars[i].row.reps = 1;
             }
     } else {
-        int live[BWD_COUNT], nlive = 0;
-        for (int i = 0; i < BWD_COUNT; i++)
+        int live[BWD_ALL], nlive = 0;
+        for (int i = 0; i < nvar; i++)
             if (vars[i].live)
                 live[nlive++] = i;
         for (int r = 0; r < reps; r++)
@@ -713,7 +745,7 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
             }
     }
 
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         bwd_row *r = &vars[i].row;
         r->ok = vars[i].live && r->reps > 0;
         if (!r->ok)
@@ -721,9 +753,9 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
         r->median_s = bench_median(vars[i].times, r->reps);
         r->min_s = vars[i].times[0]; /* sorted by bench_median */
         r->cpu_median_s = bench_median(vars[i].cpu_times, r->reps);
-        r->gflops =
-            (i == BWD_FORWARD ? bench_shape_flops(s) : backward_flops(s)) /
-            r->median_s / 1e9;
+        r->gflops = (i % BWD_COUNT == BWD_FORWARD ? bench_shape_flops(r->shape)
+                                                  : backward_flops(r->shape)) /
+                    r->median_s / 1e9;
     }
     const bwd_row *fwd = &vars[BWD_FORWARD].row;
     const bwd_row *gem = &vars[BWD_GEMMS].row;
@@ -754,6 +786,14 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
         out[i] = *r;
     }
 
+    /* the ref shape's calls, in these rounds */
+    for (int i = BWD_COUNT; i < nvar; i++) {
+        const bwd_row *mine = &vars[i - BWD_COUNT].row, *ref = &vars[i].row;
+        if (mine->ok && ref->ok)
+            m->ref_ratio[i - BWD_COUNT] = mine->median_s / ref->median_s;
+        snprintf(vars[i].row.note, sizeof vars[i].row.note,
+                 "%s's, in %s's rounds", ref->shape->name, s->name);
+    }
     const bwd_row *bwd = &vars[BWD_BACKWARD].row;
     m->ratio_fwd = bwd->ratio_fwd;
     m->ratio_gemms = bwd->ratio_gemms;
@@ -785,11 +825,13 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
                threads);
         for (int i = 0; i < BWD_COUNT; i++)
             print_row(&out[i]);
+        for (int i = BWD_COUNT; i < nvar; i++)
+            print_row(&vars[i].row);
         print_summary(m, bwd, b);
         fflush(stdout);
     }
 
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         sdpa_ctx_destroy(vars[i].ctx);
         bench_baseline_free(&vars[i].s_block);
         bench_baseline_free(&vars[i].dp_block);
@@ -902,6 +944,14 @@ static void json_rows(const bwd_row *rows, size_t n)
     printf("\n  ]");
 }
 
+/* The target of a shape's ratio to its ref: part 0 the backward, 1 the
+ * forward. */
+static double ref_target(const bench_shape *s, int part)
+{
+    return part == 0 && s->backward_ref_target > 0 ? s->backward_ref_target
+                                                   : s->ref_target;
+}
+
 static void json_summaries(const bwd_summary *m, size_t n)
 {
     printf(",\n  \"summaries\": [");
@@ -930,43 +980,41 @@ static void json_summaries(const bwd_summary *m, size_t n)
                                      : "false");
         printf(", \"bitwise\": ");
         bench_json_string(m[i].bitwise);
+        if (m[i].shape->ref) {
+            printf(", \"ref\": ");
+            bench_json_string(m[i].shape->ref);
+            printf(", \"backward_over_ref\": ");
+            bench_json_number(m[i].ref_ratio[0] > 0 ? m[i].ref_ratio[0] : NAN);
+            printf(", \"forward_over_ref\": ");
+            bench_json_number(m[i].ref_ratio[1] > 0 ? m[i].ref_ratio[1] : NAN);
+            printf(", \"backward_ref_target_max\": %.2f, "
+                   "\"forward_ref_target_max\": %.2f",
+                   ref_target(m[i].shape, 0), ref_target(m[i].shape, 1));
+        }
         putchar('}');
     }
     printf("\n  ]");
 }
 
-/* A shape with a ref (Ad: A with dropout) against that shape's block at
- * the same thread count: forward and backward medians, each block's own
- * rounds. */
-static void print_ref_ratios(const bwd_row *rows, const bwd_summary *sums,
-                             size_t nsums)
+/* A shape with a ref (Ab, Ad) against that shape's calls in its rounds:
+ * backward and forward medians. */
+static void print_ref_ratios(const bwd_summary *sums, size_t nsums)
 {
     for (size_t i = 0; i < nsums; i++) {
         const bench_shape *s = sums[i].shape;
-        for (size_t j = 0; s->ref && j < nsums; j++) {
-            if (strcasecmp(sums[j].shape->name, s->ref) != 0 ||
-                sums[j].threads != sums[i].threads)
-                continue;
-            const bwd_row *mine = rows + i * BWD_COUNT;
-            const bwd_row *ref = rows + j * BWD_COUNT;
-            printf("   %s/%s thr=%d:", s->name, s->ref, sums[i].threads);
-            const int parts[2] = {BWD_FORWARD, BWD_BACKWARD};
-            for (int k = 0; k < 2; k++) {
-                const bwd_row *a = &mine[parts[k]], *b = &ref[parts[k]];
-                if (!a->ok || !b->ok) {
-                    printf(" %s n/a;", bwd_names[parts[k]]);
-                    continue;
-                }
-                double x = a->median_s / b->median_s;
-                double target =
-                    parts[k] == BWD_BACKWARD && s->backward_ref_target > 0
-                        ? s->backward_ref_target
-                        : s->ref_target;
-                printf(" %s %.3f (%.3f / %.3f ms) [target <= %.2f: %s]%s",
-                       bwd_names[parts[k]], x, a->median_s * 1e3,
-                       b->median_s * 1e3, target,
-                       x <= target ? "met" : "NOT met", k == 0 ? ";" : "\n");
-            }
+        if (!s->ref)
+            continue;
+        printf("   %s/%s thr=%d, same rounds:", s->name, s->ref,
+               sums[i].threads);
+        for (int k = 0; k < 2; k++) {
+            const char *what = bwd_names[k == 0 ? BWD_BACKWARD : BWD_FORWARD];
+            double x = sums[i].ref_ratio[k], target = ref_target(s, k);
+            if (x > 0)
+                printf(" %s %.3f [target <= %.2f: %s]", what, x, target,
+                       x <= target ? "met" : "NOT met");
+            else
+                printf(" %s n/a", what);
+            printf("%s", k == 0 ? ";" : "\n");
         }
     }
 }
@@ -1037,6 +1085,14 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
             warnings += strncmp(note, "ERROR", 5) == 0;
             continue;
         }
+        const bench_shape *ref = s->ref ? bench_shape_find(s->ref) : NULL;
+        if (ref && (b.ref = malloc(sizeof *b.ref)) != NULL &&
+            bwd_data_init(b.ref, ref, env->seed, note, sizeof note)) {
+            fprintf(stderr, "sdpa-bench: shape %s's ref %s: %s\n", s->name,
+                    ref->name, note);
+            free(b.ref);
+            b.ref = NULL;
+        }
         uint64_t first_hash = 0;
         int first_threads = 0;
         for (int t = 0; t < o->nthreads; t++) {
@@ -1065,7 +1121,7 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
         json_summaries(sums, nsums);
         printf("\n}\n");
     } else {
-        print_ref_ratios(rows, sums, nsums);
+        print_ref_ratios(sums, nsums);
         if (warnings)
             printf("\n!!! %d warning(s): a failed check, an ERROR or a FAIL "
                    "above !!!\n",
