@@ -136,7 +136,22 @@ class _Layer:
         return (self.n, self.hq, self.tq, last)[4 - (self.rank + 1) :]
 
 
-_ATTENTION_OPTIONS = ("mask", "mask_allows", "bias", "causal", "scale", "softcap", "kv_lens", "window", "alibi", "sinks", "flags")
+_ATTENTION_OPTIONS = (
+    "mask",
+    "mask_allows",
+    "bias",
+    "causal",
+    "scale",
+    "softcap",
+    "kv_lens",
+    "window",
+    "alibi",
+    "sinks",
+    "flags",
+    "dropout_p",
+    "dropout_seed",
+    "dropout_offset",
+)
 
 
 def _layer(
@@ -189,9 +204,9 @@ def mha_forward(x_q, w_q, w_k, w_v, w_o, *, weights=False, lse=False, diagnostic
     positions (None, "sinusoidal", "rope", "rope_interleaved"), pos_base,
     pos_offset, pos_q, pos_kv; and the attention options of
     sdpa.attention: mask, mask_allows, bias, causal, scale, softcap,
-    kv_lens, window, alibi, sinks. weights, lse, diagnostics ask for the
-    attention's outputs as in sdpa.attention (float32 for a half layer).
-    Returns y, or a named tuple
+    kv_lens, window, alibi, sinks, dropout_p, dropout_seed, dropout_offset.
+    weights, lse, diagnostics ask for the attention's outputs as in
+    sdpa.attention (float32 for a half layer). Returns y, or a named tuple
     (y, weights, lse, max_weight, entropy: those asked for).
     """
     who = "sdpa.mha_forward"
