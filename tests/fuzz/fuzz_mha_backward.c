@@ -11,7 +11,9 @@
  * disagrees in shape or stride, dx_kv in self-attention, a gradient output
  * over an input, a weight or another output, a position INT64_MIN with
  * RoPE (its rotation cannot be inverted), struct_size of the backward's
- * args.
+ * args; and grad_dtype (1.2): 0, SDPA_FLOAT32 (on a float32 layer the
+ * same call, values compared) or a refused one (float32 on a float64
+ * layer, float64, float16, 99), read only by a caller of the 1.2 size.
  *
  * Checks: documented statuses, the ones the arguments call for (the
  * recomputed attention's included); every output untouched on every error
@@ -39,6 +41,7 @@ enum field {
     F_BBAD_KIND,
     F_BBAD_VAL,
     F_BSTRUCT,
+    F_BGRAD, /* grad_dtype */
     F_COUNT
 };
 
@@ -169,6 +172,9 @@ static void run(void)
         b.forward = NULL;
     if (null_dy)
         b.dy.data = NULL;
+    static const int grad_types[8] = {
+        0, 0, 0, 0, SDPA_FLOAT32, SDPA_FLOAT64, SDPA_FLOAT16, 99};
+    b.grad_dtype = grad_types[fz(F_BGRAD) % 8];
     union {
         sdpa_mha_backward_args a;
         unsigned char bytes[sizeof(sdpa_mha_backward_args) + 64];
@@ -176,13 +182,20 @@ static void run(void)
     size_t seen;
     errs |= fz_pack_struct(fz(F_BSTRUCT), &b, sizeof b, MHA_BACKWARD_ARGS_V1,
                            NULL, 0, box.bytes, sizeof box.bytes, &seen);
+    /* a 1.1-sized caller's grad_dtype is 0; float32 gradients are those
+     * of a float32 layer (and of a half one); nothing else is a type */
+    const int grad_dtype = seen > MHA_BACKWARD_ARGS_V1 ? b.grad_dtype : 0;
+    if (grad_dtype != 0 &&
+        (grad_dtype != SDPA_FLOAT32 || c->dt.dtype == SDPA_FLOAT64))
+        errs |= FZ_BIT(SDPA_ERR_BAD_DTYPE);
 
     sdpa_ctx *ctx = fz_ctx_new();
     fz_apply_options(ctx, L_OPT0);
     fz_layer_describe(c);
-    fz_describe(" grads=0x%x dy{..|%lld,%lld,%lld,%lld} bbad=%u", grads,
-                (long long)dy.t.stride[0], (long long)dy.t.stride[1],
-                (long long)dy.t.stride[2], (long long)dy.t.stride[3], bk);
+    fz_describe(" grads=0x%x dy{..|%lld,%lld,%lld,%lld} bbad=%u grad_dtype=%d",
+                grads, (long long)dy.t.stride[0], (long long)dy.t.stride[1],
+                (long long)dy.t.stride[2], (long long)dy.t.stride[3], bk,
+                grad_dtype);
     const fz_sset errs_all = errs;
     fz_sset expect = errs | amb;
     if (c->dt.pending)
@@ -290,6 +303,12 @@ static const fz_seed seeds[] = {
       {-1, 0}}},
     {"struct_small", {{F_BSTRUCT, 28}, {-1, 0}}},
     {"oom", {{L_OOM, 15}, {-1, 0}}},
+    /* grad_dtype: float32 on a float32 layer (values compared), float32
+     * on a float64 layer (refused), a value no release takes */
+    {"grad_dtype_float32", {{F_BGRAD, 4}, {-1, 0}}},
+    {"grad_dtype_float32_on_f64",
+     {FZ_LAYER_CROSS_GQA_F64, {F_BGRAD, 4}, {-1, 0}}},
+    {"grad_dtype_99", {{F_BGRAD, 7}, {-1, 0}}},
 };
 
 FZ_TARGET("fuzz_mha_backward", "MHA_BACKWARD", "self_all_gradients", L_SEED0, 0,
