@@ -67,7 +67,9 @@
  * Refused with SDPA_ERR_UNSUPPORTED (and a message saying which field):
  * the weights, logits, max_weight and entropy outputs (they span all keys,
  * which no rank holds), sliding windows and ALiBi (their distances would
- * need the global positions; pass them as a bias instead), sinks.
+ * need the global positions; pass them as a bias instead), sinks, and
+ * (1.1) dropout and ragged batches (seqs, q_offsets, kv_offsets), whose
+ * mask and offsets follow positions within a call.
  *
  * Errors. The calls are collective: every rank of comm calls them, with
  * the same args except for the rank's own tensors. Arguments are checked

@@ -314,9 +314,9 @@ static int backward_start(mpi_job *j, bwd_state *st, sdpa_ctx *ctx,
     for (int w = 0; w < 2; w++)
         if (kv[w]->shape[0] > 1 && kv[w]->stride[0] == 0)
             kv[w]->shape[0] = 1;
-    const char *refused = g->dbias.data  ? "dbias"
-                          : g->dsinks    ? "dsinks"
-                          : g->dropout_p ? "dropout_p"
+    const char *refused = g->dbias.data       ? "dbias"
+                          : g->dsinks         ? "dsinks"
+                          : g->dropout_p != 0 ? "dropout_p"
                           : g->seqs || g->q_offsets || g->kv_offsets ? "seqs"
                                                                      : NULL;
     if (refused)

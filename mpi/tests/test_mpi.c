@@ -463,21 +463,33 @@ static void run_errors(sdpa_ctx *ctx)
     CHECK(strstr(sdpa_mpi_last_error(), "weights") != NULL, "message '%s'",
           sdpa_mpi_last_error());
     CHECK(((unsigned char *)out)[0] == 0xA5, "weights: out written");
-    /* 1.1's storage types and paging stay local to sdpa_forward: the last
-     * rank alone sets one, every rank refuses, out untouched. */
+    /* 1.1's storage types and paging, 1.2's dropout and ragged batches
+     * stay local to sdpa_forward: the last rank alone sets one, every rank
+     * refuses, out untouched. */
     const struct {
         const char *what;
         int status;
-    } local_only[2] = {{"kv_dtype", SDPA_ERR_BAD_DTYPE},
-                       {"block_table", SDPA_ERR_UNSUPPORTED}};
+    } local_only[4] = {{"kv_dtype", SDPA_ERR_BAD_DTYPE},
+                       {"block_table", SDPA_ERR_UNSUPPORTED},
+                       {"dropout_p", SDPA_ERR_UNSUPPORTED},
+                       {"seqs", SDPA_ERR_UNSUPPORTED}};
     int32_t table[1] = {0};
-    for (int which = 0; which < 2; which++) {
+    int64_t offsets[2] = {0, 4};
+    for (int which = 0; which < 4; which++) {
         bad = a;
         if (g_rank == g_ranks - 1 && which == 0)
             bad.kv_dtype = SDPA_FLOAT16;
         if (g_rank == g_ranks - 1 && which == 1) {
             bad.block_table = table;
             bad.pages_per_seq = 1;
+        }
+        /* dropout's mask and ragged batches follow positions within a
+         * call: refused across ranks */
+        if (g_rank == g_ranks - 1 && which == 2)
+            bad.dropout_p = 0.25;
+        if (g_rank == g_ranks - 1 && which == 3) {
+            bad.seqs = 1;
+            bad.q_offsets = offsets;
         }
         m.attn = &bad;
         memset(out, 0xA5, sizeof out);
