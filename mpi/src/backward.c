@@ -444,7 +444,7 @@ int sdpa_mpi_backward(sdpa_ctx *ctx, MPI_Comm comm,
         zero_view(&st.g.dq, j.es);
         zero_view(&st.g.dk, j.es);
         zero_view(&st.g.dv, j.es);
-        MPI_Request kv_req[2], acc_req[2];
+        MPI_Request kv_req[2], acc_req = MPI_REQUEST_NULL;
         int kv_n = 0, acc_send = 0, failed = SDPA_OK;
         MPI_Request reqs[4];
         /* Step 0: the first half of the own block, while the own K/V shard
@@ -486,7 +486,7 @@ int sdpa_mpi_backward(sdpa_ctx *ctx, MPI_Comm comm,
             if (s >= 2) /* the accumulator of shard src, from prev's step */
                 MPI_Irecv(in_acc, count, type, prev, TAG_DKV, comm, &reqs[n++]);
             if (acc_send) /* the previous step's accumulator, going on */
-                reqs[n++] = acc_req[0];
+                reqs[n++] = acc_req;
             acc_send = 0;
             sdpa_tensor kt, vt;
             mpi_shard_views(&j, kvbuf[cur], src_rows, &kt, &vt);
@@ -502,7 +502,7 @@ int sdpa_mpi_backward(sdpa_ctx *ctx, MPI_Comm comm,
             if (s >= 2) /* the ranks before plus this rank's share (the
                            sum is commutative: the same bits) */
                 add_flat(mine_acc, in_acc, (size_t)count, j.es);
-            MPI_Isend(mine_acc, count, type, next, TAG_DKV, comm, &acc_req[0]);
+            MPI_Isend(mine_acc, count, type, next, TAG_DKV, comm, &acc_req);
             j.stats.bytes_sent += (uint64_t)count * j.es;
             acc_send = 1;
             cur = 1 - cur;
@@ -515,7 +515,7 @@ int sdpa_mpi_backward(sdpa_ctx *ctx, MPI_Comm comm,
         if (P > 1)
             MPI_Irecv(home, own, type, prev, TAG_DKV, comm, &reqs[n++]);
         if (acc_send)
-            reqs[n++] = acc_req[0];
+            reqs[n++] = acc_req;
         st.dk_to = st.g.dk;
         st.dv_to = st.g.dv;
         st.req = reqs;
