@@ -118,10 +118,13 @@
  *            k, v, dk, dv [N|1, Hkv, T_r, D]  the K/V rows of the same
  *                        positions (dk, dv broadcast over N as k and v are)
  *            mask, bias, kv_lens  as in prefill (columns global)
+ *            dbias       optional, the bias's shape [N|1, Hq|1, T_r|1, T|1]
+ *                        with extent 1 where the bias broadcasts (extent 1
+ *                        or stride 0), as sdpa_backward's: this rank's rows
  *
- * and gets its rows of dq and its positions' dk and dv. For each ring step
- * the rank's query rows meet the visiting K/V shard in tiles of at most
- * 2048 query rows and 2048 keys, each an sdpa_backward of those sub-views
+ * and gets its rows of dq (and dbias) and its positions' dk and dv. For each
+ * ring step the rank's query rows meet the visiting K/V shard in tiles of at
+ * most 2048 query rows and 2048 keys, each an sdpa_backward of those sub-views
  * given the global lse (and D_i = <dout_i, out_i> of its whole rows): its
  * exact share of dq and of the visiting positions' dk and dv. The K/V
  * shards travel as in prefill; each shard's dK/dV accumulator starts on
@@ -134,14 +137,14 @@
  * home rank's own share, then the accumulator's, which adds the ranks in
  * ring order), in the call's dtype: the same bits from run to run and for
  * any SDPA_OPT_NUM_THREADS on the same rank count. Against single-process
- * sdpa_backward the sums are grouped differently: every element of dq, dk
- * and dv is within 1e-5 (float32; 1e-12 in float64) of sdpa_backward's
+ * sdpa_backward the sums are grouped differently: every element of dq, dk,
+ * dv and dbias is within 1e-5 (float32; 1e-12 in float64) of sdpa_backward's
  * times max(1, the largest |element| of that tensor), as mpi/tests checks
  * on 1-4 ranks (measured: below 5e-7 and 4e-16); bitwise equal on one rank
  * in the contiguous layout when one tile covers the whole problem and
  * there is no kv_lens (one sdpa_backward call).
- * Refused: everything the prefill refuses (SDPA_ERR_UNSUPPORTED), dbias
- * and dsinks (SDPA_ERR_UNSUPPORTED), ragged batches (seqs, q_offsets,
+ * Refused: everything the prefill refuses (SDPA_ERR_UNSUPPORTED), dsinks
+ * (sinks are refused: SDPA_ERR_UNSUPPORTED), ragged batches (seqs, q_offsets,
  * kv_offsets: SDPA_ERR_UNSUPPORTED; split a ragged batch into its
  * sequences), dropout (SDPA_ERR_UNSUPPORTED: its mask follows positions
  * within a call), half types and a grad_dtype other than 0 or dtype
@@ -149,16 +152,18 @@
  * (SDPA_ERR_UNSUPPORTED). The errors are the prefill's, agreed on every
  * rank the same way, plus the gradients' shapes and strides
  * (SDPA_ERR_SHAPE_MISMATCH, SDPA_ERR_BAD_STRIDE), a missing lse, dout,
- * dq, dk or dv (SDPA_ERR_NULL_POINTER) and outputs that overlap each other
- * or an input (SDPA_ERR_OVERLAP): found before the computation, with
- * every output untouched. dq, dk and dv are zeroed and accumulated during
- * the computation: after SDPA_ERR_NONFINITE (any rank's), an out of memory
- * in libsdpa or a failure of MPI they hold unspecified values.
- * Memory: besides the caller's tensors, two K/V buffers and three dK/dV
- * accumulators (two when P = 2) of the largest rank's packed shard while
- * P > 1 (in hand and arriving; in flight, arriving and being summed), and
+ * dq, dk or dv, or a dbias without a bias (SDPA_ERR_NULL_POINTER) and outputs
+ * that overlap each other or an input (SDPA_ERR_OVERLAP): found before the
+ * computation, with every output untouched. dq, dk, dv (and dbias) are zeroed
+ * and accumulated during the computation: after SDPA_ERR_NONFINITE (any
+ * rank's), an out of memory in libsdpa or a failure of MPI they hold
+ * unspecified values. Memory: besides the caller's tensors, two K/V buffers and
+ * three dK/dV accumulators (two when P = 2) of the largest rank's packed shard
+ * while P > 1 (in hand and arriving; in flight, arriving and being summed), and
  * one tile's
- * gradients (N·Hq·2048·Dk + Nk·Hkv·2048·(Dk + Dv) values) besides
+ * gradients (N·Hq·2048·Dk + Nk·Hkv·2048·(Dk + Dv) values, and with dbias
+ * its tile, at most N·Hq·2048·2048 values; dbias itself is as large as
+ * the bias the caller holds) besides
  * libsdpa's scratch: nothing T × T or T_r × T_r.
  *
  * Threads: the calls are made by one thread per rank, with a context used

@@ -31,12 +31,12 @@ typedef struct bwd_state {
     sdpa_backward_args g;     /* the caller's, in this library's size */
     sdpa_tensor dk_to, dv_to; /* where the visiting block's dk, dv go */
     void *dq_part, *dkv_part; /* one tile's gradients */
+    void *dbias_part;         /* and its dbias, with one */
     MPI_Request *req;         /* transfers to drive between tiles */
     int nreq;
 } bwd_state;
 
-/* dst += src, both [s0, s1, s2, s3] (src contiguous, dst strided,
- * innermost stride 1). */
+/* dst += src, both [s0, s1, s2, s3] (src contiguous, dst strided). */
 static void add_into(const sdpa_tensor *dst, const void *src, size_t es)
 {
     const int64_t *n = dst->shape, *st = dst->stride;
@@ -50,12 +50,12 @@ static void add_into(const sdpa_tensor *dst, const void *src, size_t es)
                     float *d = (float *)(void *)row;
                     const float *s = (const float *)src + at;
                     for (int64_t i = 0; i < n[3]; i++)
-                        d[i] += s[i];
+                        d[i * st[3]] += s[i];
                 } else {
                     double *d = (double *)(void *)row;
                     const double *s = (const double *)src + at;
                     for (int64_t i = 0; i < n[3]; i++)
-                        d[i] += s[i];
+                        d[i * st[3]] += s[i];
                 }
                 at += (size_t)n[3];
             }
@@ -72,17 +72,22 @@ static void add_flat(void *dst, const void *src, size_t count, size_t es)
             ((double *)dst)[i] += ((const double *)src)[i];
 }
 
-/* Zeros every element of a view (innermost stride 1). */
+/* Zeros every element of a view. */
 static void zero_view(const sdpa_tensor *t, size_t es)
 {
     for (int64_t a = 0; a < t->shape[0]; a++)
         for (int64_t b = 0; b < t->shape[1]; b++)
-            for (int64_t c = 0; c < t->shape[2]; c++)
-                memset((char *)t->data +
-                           (size_t)(a * t->stride[0] + b * t->stride[1] +
-                                    c * t->stride[2]) *
-                               es,
-                       0, (size_t)t->shape[3] * es);
+            for (int64_t c = 0; c < t->shape[2]; c++) {
+                char *row = (char *)t->data +
+                            (size_t)(a * t->stride[0] + b * t->stride[1] +
+                                     c * t->stride[2]) *
+                                es;
+                if (t->stride[3] == 1 || t->shape[3] == 1)
+                    memset(row, 0, (size_t)t->shape[3] * es);
+                else
+                    for (int64_t i = 0; i < t->shape[3]; i++)
+                        memset(row + (size_t)(i * t->stride[3]) * es, 0, es);
+            }
 }
 
 static sdpa_tensor contiguous(void *p, int64_t n, int64_t h, int64_t t,
@@ -117,6 +122,11 @@ static int backward_call(mpi_job *j, const mpi_call *call)
     if (c.bias.data)
         c.bias =
             mpi_sub_view(&g->bias, es, b0, nb, lrow, rows, call->col0, klen);
+    const sdpa_tensor *db = &g->dbias;
+    if (db->data) /* extent 1 where the caller's dbias sums */
+        c.dbias = contiguous(st->dbias_part, db->shape[0] > 1 ? nb : 1,
+                             db->shape[1], db->shape[2] > 1 ? rows : 1,
+                             db->shape[3] > 1 ? klen : 1);
     c.dq = contiguous(st->dq_part, nb, j->hq, rows, j->dk);
     c.dk = contiguous(st->dkv_part, kn, j->hkv, klen, j->dk);
     c.dv = contiguous((char *)st->dkv_part +
@@ -134,6 +144,11 @@ static int backward_call(mpi_job *j, const mpi_call *call)
             mpi_sub_view(&st->dv_to, es, b0, nb, call->krow, klen, 0, j->dv);
         add_into(&dk, c.dk.data, es);
         add_into(&dv, c.dv.data, es);
+        if (db->data) {
+            sdpa_tensor to =
+                mpi_sub_view(db, es, b0, nb, lrow, rows, call->col0, klen);
+            add_into(&to, st->dbias_part, es);
+        }
     }
     j->stats.compute_seconds += mpi_now() - t0;
     if (st->nreq > 0) {
@@ -229,21 +244,22 @@ static int check_grad(const mpi_job *j, const char *name, const sdpa_tensor *t,
     return SDPA_OK;
 }
 
-/* dq, dk and dv must not overlap each other or any input. */
+/* dq, dk, dv and dbias must not overlap each other or any input. */
 static int check_overlaps(const mpi_job *j, const sdpa_backward_args *g)
 {
-    enum { OUTS = 3, ALL = 11 };
+    enum { OUTS = 4, ALL = 12 };
     struct {
         const char *name;
         const sdpa_tensor *t;
         size_t es;
         uintptr_t begin, end;
-    } v[ALL] = {{"dq", &g->dq, j->es, 0, 0},    {"dk", &g->dk, j->es, 0, 0},
-                {"dv", &g->dv, j->es, 0, 0},    {"q", &g->q, j->es, 0, 0},
-                {"k", &g->k, j->es, 0, 0},      {"v", &g->v, j->es, 0, 0},
-                {"out", &g->out, j->es, 0, 0},  {"dout", &g->dout, j->es, 0, 0},
-                {"lse", &g->lse, j->es, 0, 0},  {"mask", &g->mask, 1, 0, 0},
-                {"bias", &g->bias, j->es, 0, 0}};
+    } v[ALL] = {
+        {"dq", &g->dq, j->es, 0, 0},     {"dk", &g->dk, j->es, 0, 0},
+        {"dv", &g->dv, j->es, 0, 0},     {"dbias", &g->dbias, j->es, 0, 0},
+        {"q", &g->q, j->es, 0, 0},       {"k", &g->k, j->es, 0, 0},
+        {"v", &g->v, j->es, 0, 0},       {"out", &g->out, j->es, 0, 0},
+        {"dout", &g->dout, j->es, 0, 0}, {"lse", &g->lse, j->es, 0, 0},
+        {"mask", &g->mask, 1, 0, 0},     {"bias", &g->bias, j->es, 0, 0}};
     for (int i = 0; i < ALL; i++)
         if (v[i].t->data &&
             !mpi_view_bytes(v[i].t, v[i].es, &v[i].begin, &v[i].end))
@@ -254,6 +270,8 @@ static int check_overlaps(const mpi_job *j, const sdpa_backward_args *g)
     if (g->kv_lens)
         kl1 = (uintptr_t)(g->kv_lens + j->n);
     for (int o = 0; o < OUTS; o++) {
+        if (!v[o].t->data)
+            continue;
         for (int i = o + 1; i < ALL; i++)
             if (v[i].t->data && v[o].begin < v[i].end && v[i].begin < v[o].end)
                 return mpi_fail(SDPA_ERR_OVERLAP,
@@ -266,6 +284,30 @@ static int check_overlaps(const mpi_job *j, const sdpa_backward_args *g)
             return mpi_fail(SDPA_ERR_OVERLAP,
                             "%s: output %s overlaps input kv_lens", j->fn,
                             v[o].name);
+    }
+    return SDPA_OK;
+}
+
+/* dbias, optional: the bias's shape [N|1, Hq|1, T_r|1, T|1] with extent 1
+ * exactly where the bias broadcasts (extent 1 or stride 0), as
+ * sdpa_backward wants it; non-negative strides. */
+static int check_dbias(const mpi_job *j, const sdpa_backward_args *g)
+{
+    const sdpa_tensor *d = &g->dbias, *b = &g->bias;
+    if (!d->data)
+        return SDPA_OK;
+    for (int x = 0; x < 4; x++) {
+        int64_t want = b->shape[x] > 1 && b->stride[x] != 0 ? b->shape[x] : 1;
+        if (d->shape[x] != want)
+            return mpi_fail(SDPA_ERR_SHAPE_MISMATCH,
+                            "%s: grad->dbias.shape[%d] is %lld, must be %lld "
+                            "(the bias's, 1 where it broadcasts)",
+                            j->fn, x, (long long)d->shape[x], (long long)want);
+        if (d->stride[x] < 0)
+            return mpi_fail(SDPA_ERR_BAD_STRIDE,
+                            "%s: grad->dbias.stride[%d] is %lld, must not be "
+                            "negative",
+                            j->fn, x, (long long)d->stride[x]);
     }
     return SDPA_OK;
 }
@@ -314,15 +356,14 @@ static int backward_start(mpi_job *j, bwd_state *st, sdpa_ctx *ctx,
     for (int w = 0; w < 2; w++)
         if (kv[w]->shape[0] > 1 && kv[w]->stride[0] == 0)
             kv[w]->shape[0] = 1;
-    const char *refused = g->dbias.data       ? "dbias"
-                          : g->dsinks         ? "dsinks"
+    const char *refused = g->dsinks           ? "dsinks"
                           : g->dropout_p != 0 ? "dropout_p"
                           : g->seqs || g->q_offsets || g->kv_offsets ? "seqs"
                                                                      : NULL;
     if (refused)
         return mpi_fail(SDPA_ERR_UNSUPPORTED,
-                        "%s: grad->%s is not supported across ranks (dbias "
-                        "and dsinks: not computed; dropout's mask and ragged "
+                        "%s: grad->%s is not supported across ranks (dsinks: "
+                        "sinks are refused; dropout's mask and ragged "
                         "batches follow positions within a call)",
                         fn, refused);
     if (g->grad_dtype && !(g->grad_dtype == g->dtype))
@@ -330,6 +371,9 @@ static int backward_start(mpi_job *j, bwd_state *st, sdpa_ctx *ctx,
                         "%s: grad->grad_dtype %d: across ranks the gradients "
                         "are in dtype %d (0 or that)",
                         fn, g->grad_dtype, g->dtype);
+    if (g->dbias.data && !g->bias.data)
+        return mpi_fail(SDPA_ERR_NULL_POINTER,
+                        "%s: grad->dbias is set but bias.data is NULL", fn);
     if (!g->lse.data)
         return mpi_fail(SDPA_ERR_NULL_POINTER,
                         "%s: grad->lse.data is NULL (the forward's lse is "
@@ -397,6 +441,8 @@ int sdpa_mpi_backward(sdpa_ctx *ctx, MPI_Comm comm,
     status =
         mpi_ring_begin(&j, status, layout, &table, &segs, &most, &exchanged);
     if (status == SDPA_OK)
+        status = check_dbias(&j, &st.g);
+    if (status == SDPA_OK)
         status = mpi_check_rows(&j, &segs[2 * j.rank], 2);
     if (status == SDPA_OK && j.ranks > 1) {
         for (int b = 0; b < 2; b++)
@@ -416,13 +462,20 @@ int sdpa_mpi_backward(sdpa_ctx *ctx, MPI_Comm comm,
         const int64_t tq = j.rows < TILE ? j.rows : TILE;
         size_t dq_part = (size_t)(j.n * j.hq * tq * j.dk);
         size_t dkv_part = (size_t)(j.nk * j.hkv * TILE * (j.dk + j.dv));
-        j.scratch = malloc((dq_part + dkv_part) * j.es);
+        const int64_t *e = st.g.dbias.shape;
+        size_t dbias_part = st.g.dbias.data
+                                ? (size_t)(e[0] * e[1] * (e[2] > 1 ? tq : 1) *
+                                           (e[3] > 1 ? TILE : 1))
+                                : 0;
+        size_t all = dq_part + dkv_part + dbias_part;
+        j.scratch = malloc(all * j.es);
         if (!j.scratch)
-            status = mpi_fail(SDPA_ERR_OUT_OF_MEMORY,
-                              "%s: %zu bytes of tile gradients", fn,
-                              (dq_part + dkv_part) * j.es);
+            status =
+                mpi_fail(SDPA_ERR_OUT_OF_MEMORY,
+                         "%s: %zu bytes of tile gradients", fn, all * j.es);
         st.dq_part = j.scratch;
         st.dkv_part = (char *)j.scratch + dq_part * j.es;
+        st.dbias_part = (char *)st.dkv_part + dkv_part * j.es;
     }
     if (status == SDPA_OK) {
         /* The tiles' rows without a key in a tile are no error. */
@@ -444,6 +497,8 @@ int sdpa_mpi_backward(sdpa_ctx *ctx, MPI_Comm comm,
         zero_view(&st.g.dq, j.es);
         zero_view(&st.g.dk, j.es);
         zero_view(&st.g.dv, j.es);
+        if (st.g.dbias.data)
+            zero_view(&st.g.dbias, j.es);
         MPI_Request kv_req[2], acc_req = MPI_REQUEST_NULL;
         int kv_n = 0, acc_send = 0, failed = SDPA_OK;
         MPI_Request reqs[4];

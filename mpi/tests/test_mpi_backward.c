@@ -28,7 +28,7 @@ typedef struct bcase {
 
 /* The whole problem, contiguous, and the reference's gradients. */
 typedef struct bwhole {
-    void *q, *k, *v, *bias, *out, *lse, *dout, *dq, *dk, *dv;
+    void *q, *k, *v, *bias, *out, *lse, *dout, *dq, *dk, *dv, *dbias;
     uint8_t *mask;
     int64_t kv_lens[4], nk;
     int status; /* of the reference sdpa_backward */
@@ -69,6 +69,9 @@ static sdpa_backward_args whole_args(bwhole *w, const bcase *c)
     a.dq = bhtd(w->dq, c->n, c->hq, c->t, c->dk);
     a.dk = bhtd(w->dk, w->nk, c->hkv, c->t, c->dk);
     a.dv = bhtd(w->dv, w->nk, c->hkv, c->t, c->dv);
+    if (w->dbias)
+        a.dbias = (sdpa_tensor){
+            w->dbias, {1, c->hq, c->t, c->t}, {0, c->t * c->t, c->t, 1}};
     return a;
 }
 
@@ -104,6 +107,7 @@ static void whole_make(bwhole *w, const bcase *c, uint64_t seed, sdpa_ctx *ctx)
     w->dq = zeros(qn * (size_t)c->dk * es);
     w->dk = zeros(kn * (size_t)c->dk * es);
     w->dv = zeros(kn * (size_t)c->dv * es);
+    w->dbias = c->bias ? zeros((size_t)(c->hq * c->t * c->t) * es) : NULL;
     /* The forward under the zero-row policy (a NaN in q makes its row
      * NaN), then the backward under the case's. */
     sdpa_backward_args b = whole_args(w, c);
@@ -124,13 +128,14 @@ static void whole_make(bwhole *w, const bcase *c, uint64_t seed, sdpa_ctx *ctx)
     CHECK(fs == SDPA_OK || (c->poison && fs == SDPA_ERR_NONFINITE),
           "%s: reference forward: %s", c->name, sdpa_status_string(fs));
     sdpa_ctx_set_int(ctx, SDPA_OPT_EMPTY_ROWS, c->policy);
+    b = whole_args(w, c);
     w->status = sdpa_backward(ctx, &b);
 }
 
 static void whole_free(bwhole *w)
 {
-    void *p[] = {w->q,    w->k,  w->v,  w->bias, w->out, w->lse,
-                 w->dout, w->dq, w->dk, w->dv,   w->mask};
+    void *p[] = {w->q,    w->k,  w->v,  w->bias, w->out,  w->lse,
+                 w->dout, w->dq, w->dk, w->dv,   w->mask, w->dbias};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
 }
@@ -139,9 +144,9 @@ static void whole_free(bwhole *w)
 typedef struct bshard {
     int64_t off[2], len[2], rows;
     int segs;
-    void *q, *k, *v, *out, *lse, *dout, *bias, *dq, *dk, *dv;
+    void *q, *k, *v, *out, *lse, *dout, *bias, *dq, *dk, *dv, *dbias;
     uint8_t *mask;
-    size_t dq_bytes, dk_bytes, dv_bytes;
+    size_t dq_bytes, dk_bytes, dv_bytes, dbias_bytes;
 } bshard;
 
 static void shard_make(bshard *s, const bwhole *w, const bcase *c)
@@ -180,12 +185,14 @@ static void shard_make(bshard *s, const bwhole *w, const bcase *c)
     s->dq = malloc(s->dq_bytes);
     s->dk = malloc(s->dk_bytes);
     s->dv = malloc(s->dv_bytes);
+    s->dbias_bytes = w->bias ? (size_t)(c->hq * s->rows * c->t) * es : 0;
+    s->dbias = w->bias ? malloc(s->dbias_bytes) : NULL;
 }
 
 static void shard_free(bshard *s)
 {
-    void *p[] = {s->q,    s->k,  s->v,  s->out, s->lse, s->dout,
-                 s->bias, s->dq, s->dk, s->dv,  s->mask};
+    void *p[] = {s->q,    s->k,  s->v,  s->out, s->lse,  s->dout,
+                 s->bias, s->dq, s->dk, s->dv,  s->mask, s->dbias};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
 }
@@ -195,13 +202,15 @@ static void poison_outputs(bshard *s)
     memset(s->dq, 0xA5, s->dq_bytes);
     memset(s->dk, 0xA5, s->dk_bytes);
     memset(s->dv, 0xA5, s->dv_bytes);
+    if (s->dbias)
+        memset(s->dbias, 0xA5, s->dbias_bytes);
 }
 
 static int outputs_untouched(const bshard *s)
 {
-    const unsigned char *p[3] = {s->dq, s->dk, s->dv};
-    const size_t n[3] = {s->dq_bytes, s->dk_bytes, s->dv_bytes};
-    for (int t = 0; t < 3; t++)
+    const unsigned char *p[4] = {s->dq, s->dk, s->dv, s->dbias};
+    const size_t n[4] = {s->dq_bytes, s->dk_bytes, s->dv_bytes, s->dbias_bytes};
+    for (int t = 0; t < 4; t++)
         for (size_t i = 0; i < n[t]; i++)
             if (p[t][i] != 0xA5)
                 return 0;
@@ -232,6 +241,9 @@ static sdpa_backward_args shard_args(const bshard *s, const bcase *c,
     a.dq = bhtd(s->dq, c->n, c->hq, rows, c->dk);
     a.dk = bhtd(s->dk, nk, c->hkv, rows, c->dk);
     a.dv = bhtd(s->dv, nk, c->hkv, rows, c->dv);
+    if (s->dbias)
+        a.dbias =
+            (sdpa_tensor){s->dbias, {1, c->hq, rows, t}, {0, rows * t, t, 1}};
     return a;
 }
 
@@ -289,11 +301,13 @@ static void run_case(const bcase *c, uint64_t seed, sdpa_ctx *ctx)
           c->name);
     if (status == SDPA_OK && w.status == SDPA_OK) {
         const double tol = c->dtype == SDPA_FLOAT32 ? 1e-5 : 1e-12;
-        double e[3] = {rel_error(c, &s, s.dq, w.dq, c->n, c->hq, c->dk),
-                       rel_error(c, &s, s.dk, w.dk, w.nk, c->hkv, c->dk),
-                       rel_error(c, &s, s.dv, w.dv, w.nk, c->hkv, c->dv)};
-        static const char *const name[3] = {"dq", "dk", "dv"};
-        for (int t = 0; t < 3; t++) {
+        double e[4] = {
+            rel_error(c, &s, s.dq, w.dq, c->n, c->hq, c->dk),
+            rel_error(c, &s, s.dk, w.dk, w.nk, c->hkv, c->dk),
+            rel_error(c, &s, s.dv, w.dv, w.nk, c->hkv, c->dv),
+            s.dbias ? rel_error(c, &s, s.dbias, w.dbias, 1, c->hq, c->t) : 0};
+        static const char *const name[4] = {"dq", "dk", "dv", "dbias"};
+        for (int t = 0; t < 4; t++) {
             CHECK(e[t] <= tol,
                   "%s: %s differs from sdpa_backward's by "
                   "%.3g of its largest element (tolerance %.0e)",
@@ -313,21 +327,26 @@ static void run_case(const bcase *c, uint64_t seed, sdpa_ctx *ctx)
         CHECK(stats.forward_calls + stats.blocks_skipped > 0,
               "%s: no sdpa_backward call or skipped block counted", c->name);
         /* Again on two threads: the same bits. */
-        void *first = malloc(s.dq_bytes + s.dk_bytes + s.dv_bytes);
-        memcpy(first, s.dq, s.dq_bytes);
-        memcpy((char *)first + s.dq_bytes, s.dk, s.dk_bytes);
-        memcpy((char *)first + s.dq_bytes + s.dk_bytes, s.dv, s.dv_bytes);
+        const unsigned char *got[4] = {s.dq, s.dk, s.dv, s.dbias};
+        const size_t bytes[4] = {s.dq_bytes, s.dk_bytes, s.dv_bytes,
+                                 s.dbias_bytes};
+        unsigned char *first[4];
+        for (int t = 0; t < 4; t++) {
+            first[t] = malloc(bytes[t] + 1);
+            if (bytes[t])
+                memcpy(first[t], got[t], bytes[t]);
+        }
         sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, 2);
         poison_outputs(&s);
         status = sdpa_mpi_backward(ctx, MPI_COMM_WORLD, &m);
         sdpa_ctx_set_int(ctx, SDPA_OPT_NUM_THREADS, 1);
-        CHECK(status == SDPA_OK && !memcmp(first, s.dq, s.dq_bytes) &&
-                  !memcmp((char *)first + s.dq_bytes, s.dk, s.dk_bytes) &&
-                  !memcmp((char *)first + s.dq_bytes + s.dk_bytes, s.dv,
-                          s.dv_bytes),
-              "%s: not the same bits on 2 threads (%s)", c->name,
+        int same = status == SDPA_OK;
+        for (int t = 0; t < 4; t++) {
+            same &= bytes[t] == 0 || !memcmp(first[t], got[t], bytes[t]);
+            free(first[t]);
+        }
+        CHECK(same, "%s: not the same bits on 2 threads (%s)", c->name,
               sdpa_status_string(status));
-        free(first);
     } else if (status != SDPA_OK && status != SDPA_ERR_NONFINITE) {
         CHECK(outputs_untouched(&s), "%s: outputs written after %s", c->name,
               sdpa_status_string(status));
@@ -363,7 +382,7 @@ static void run_errors(sdpa_ctx *ctx)
     } bad[BAD_COUNT] = {
         [BAD_DOUT_SHAPE] = {"dout shape", SDPA_ERR_SHAPE_MISMATCH, 1},
         [BAD_DQ_STRIDE] = {"dq innermost stride", SDPA_ERR_BAD_STRIDE, 1},
-        [BAD_DBIAS] = {"dbias", SDPA_ERR_UNSUPPORTED, 1},
+        [BAD_DBIAS] = {"dbias without bias", SDPA_ERR_NULL_POINTER, 1},
         [BAD_DROPOUT] = {"dropout", SDPA_ERR_UNSUPPORTED, 1},
         [BAD_RAGGED] = {"ragged", SDPA_ERR_UNSUPPORTED, 1},
         [BAD_NO_LSE] = {"no lse", SDPA_ERR_NULL_POINTER, 1},
@@ -395,7 +414,7 @@ static void run_errors(sdpa_ctx *ctx)
     whole_make(&w, &c, 77, ctx);
     bshard s;
     shard_make(&s, &w, &c);
-    float bias = 0, dbias = 0;
+    float dbias = 0;
     int64_t offsets[2] = {0, s.rows};
     for (int e = 0; e < BAD_COUNT; e++) {
         g_cases++;
@@ -414,7 +433,6 @@ static void run_errors(sdpa_ctx *ctx)
                 a.dq.stride[3] = 2;
                 break;
             case BAD_DBIAS:
-                a.bias = (sdpa_tensor){&bias, {1, 1, 1, 1}, {0, 0, 0, 0}};
                 a.dbias = (sdpa_tensor){&dbias, {1, 1, 1, 1}, {0, 0, 0, 0}};
                 break;
             case BAD_DROPOUT:
@@ -502,6 +520,8 @@ int main(int argc, char **argv)
         {"shared, kv_lens",             D, NONE, CONT, 2, 2, 2, 24, 4, 4, 1, 0, 0, 1, ZERO, 0, 0},
         {"long rows (tiles) TL",        F, TL,   BAL,  1, 1, 1, 5000, 16, 16, 0, 0, 0, 0, ERR, 0, 0},
         {"long rows (tiles) BR kv_lens",F, BR,   CONT, 2, 2, 1, 4500, 8, 8, 1, 0, 0, 0, ZERO, 0, 0},
+        {"bias kv_lens BR f64 (dbias per item)", D, BR, CONT, 2, 2, 1, 27, 4, 4, 1, 0, 1, 0, ZERO, 0, 0},
+        {"bias over tiles (dbias)",     F, TL,   CONT, 1, 1, 1, 2100, 8, 8, 0, 0, 1, 0, ERR, 0, 0},
         {"NaN in q",                    F, TL,   BAL,  1, 2, 1, 33, 8, 8, 0, 0, 0, 0, ZERO, 1, 0},
     };
     /* clang-format on */
