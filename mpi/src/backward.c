@@ -36,31 +36,6 @@ typedef struct bwd_state {
     int nreq;
 } bwd_state;
 
-/* dst += src, both [s0, s1, s2, s3] (src contiguous, dst strided). */
-static void add_into(const sdpa_tensor *dst, const void *src, size_t es)
-{
-    const int64_t *n = dst->shape, *st = dst->stride;
-    size_t at = 0;
-    for (int64_t a = 0; a < n[0]; a++)
-        for (int64_t b = 0; b < n[1]; b++)
-            for (int64_t c = 0; c < n[2]; c++) {
-                char *row = (char *)dst->data +
-                            (size_t)(a * st[0] + b * st[1] + c * st[2]) * es;
-                if (es == sizeof(float)) {
-                    float *d = (float *)(void *)row;
-                    const float *s = (const float *)src + at;
-                    for (int64_t i = 0; i < n[3]; i++)
-                        d[i * st[3]] += s[i];
-                } else {
-                    double *d = (double *)(void *)row;
-                    const double *s = (const double *)src + at;
-                    for (int64_t i = 0; i < n[3]; i++)
-                        d[i * st[3]] += s[i];
-                }
-                at += (size_t)n[3];
-            }
-}
-
 /* dst[i] += src[i] for count elements. */
 static void add_flat(void *dst, const void *src, size_t count, size_t es)
 {
@@ -70,6 +45,32 @@ static void add_flat(void *dst, const void *src, size_t count, size_t es)
     else
         for (size_t i = 0; i < count; i++)
             ((double *)dst)[i] += ((const double *)src)[i];
+}
+
+/* dst += src, both [s0, s1, s2, s3] (src contiguous, dst strided). */
+static void add_into(const sdpa_tensor *dst, const void *src, size_t es)
+{
+    const int64_t *n = dst->shape, *st = dst->stride;
+    const int64_t step = n[3] > 1 ? st[3] : 1;
+    size_t at = 0;
+    for (int64_t a = 0; a < n[0]; a++)
+        for (int64_t b = 0; b < n[1]; b++)
+            for (int64_t c = 0; c < n[2]; c++) {
+                char *row = (char *)dst->data +
+                            (size_t)(a * st[0] + b * st[1] + c * st[2]) * es;
+                if (step == 1) /* the gradients: rows contiguous */
+                    add_flat(row, (const char *)src + at * es, (size_t)n[3],
+                             es);
+                else if (es == sizeof(float))
+                    for (int64_t i = 0; i < n[3]; i++)
+                        ((float *)(void *)row)[i * step] +=
+                            ((const float *)src)[at + (size_t)i];
+                else
+                    for (int64_t i = 0; i < n[3]; i++)
+                        ((double *)(void *)row)[i * step] +=
+                            ((const double *)src)[at + (size_t)i];
+                at += (size_t)n[3];
+            }
 }
 
 /* Zeros every element of a view. */
