@@ -2,7 +2,7 @@
  * sdpa-bench --backward: sdpa_backward against what it is judged by, in one
  * process, interleaved as the forward table is (main.c).
  *
- * For each selected shape (default A, B, D, E, I) and each --threads T:
+ * For each selected shape (default A, Ab, Ad, B, D, E, I) and each --threads T:
  *   sdpa backward  sdpa_backward: dq, dk, dv from q, k, v, out, dout, lse
  *   sdpa fwd+lse   sdpa_forward (path auto) with the lse output, the call
  *                  whose out and lse the backward reads
@@ -34,10 +34,22 @@
 
 #include "bench.h"
 
-enum { BWD_BACKWARD = 0, BWD_FORWARD, BWD_GEMMS, BWD_COUNT };
+/* A shape with a ref (Ab, Ad: A with something) also runs the ref shape's
+ * backward and forward in its own rounds, as the forward table does, so
+ * that its ratios to A are measured side by side. */
+enum {
+    BWD_BACKWARD = 0,
+    BWD_FORWARD,
+    BWD_GEMMS,
+    BWD_COUNT, /* the variants of every shape, its table rows */
+    BWD_REF_BACKWARD = BWD_COUNT,
+    BWD_REF_FORWARD,
+    BWD_ALL
+};
 
-static const char *const bwd_names[BWD_COUNT] = {"sdpa backward",
-                                                 "sdpa fwd+lse", "five gemms"};
+static const char *const bwd_names[BWD_ALL] = {"sdpa backward", "sdpa fwd+lse",
+                                               "five gemms", "ref backward",
+                                               "ref fwd+lse"};
 
 /* The backward's targets (docs/PERFORMANCE.md): at most 3x the forward on
  * one core for A and D, and E within inputs + outputs + 16 MiB of scratch. */
@@ -50,7 +62,7 @@ static const char *const MEM_BOUND_SHAPES[] = {"E"};
  * (E: 8192-row blocks, so its bound is two passes per head). */
 static const size_t GEMMS_BLOCK_BUDGET = (size_t)512 << 20;
 
-static const char DEFAULT_SHAPES[] = "A,B,D,E,I";
+static const char DEFAULT_SHAPES[] = "A,Ab,Ad,B,D,E,I";
 
 /* ---- tensors ------------------------------------------------------------- */
 
@@ -60,21 +72,30 @@ static const char DEFAULT_SHAPES[] = "A,B,D,E,I";
 typedef struct bwd_data {
     bench_data d;
     void *lse, *dout, *dq, *dk, *dv;
+    void *dout_lib; /* dout in io_type for the library (NULL: dout) */
+    int io_type;    /* q, out, dout and dq: dtype or a half type */
+    int kv_type;    /* k, v, dk and dv */
     void *out_fwd, *lse_fwd;
     void *dq_bare, *dk_bare, *dv_bare;
     size_t nq, nk, nv, nlse; /* element counts (out and dout: d.out_count) */
     sdpa_forward_args fwd;   /* the timed forward: out_fwd, lse_fwd */
     sdpa_backward_args bwd;
-    double io_bwd, io_fwd; /* bytes of the calls' inputs + outputs */
+    double io_bwd, io_fwd, io_gemms; /* bytes of inputs + outputs */
+    struct bwd_data *ref;            /* the ref shape's, or NULL */
 } bwd_data;
 
 static void bwd_data_free(bwd_data *b)
 {
-    void *bufs[] = {b->lse,     b->dout,    b->dq,      b->dk,      b->dv,
-                    b->out_fwd, b->lse_fwd, b->dq_bare, b->dk_bare, b->dv_bare};
+    void *bufs[] = {b->lse,     b->dout,    b->dq,      b->dk,
+                    b->dv,      b->out_fwd, b->lse_fwd, b->dq_bare,
+                    b->dk_bare, b->dv_bare, b->dout_lib};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     bench_data_free(&b->d);
+    if (b->ref) {
+        bwd_data_free(b->ref);
+        free(b->ref);
+    }
     memset(b, 0, sizeof *b);
 }
 
@@ -82,6 +103,8 @@ sdpa_backward_args bench_backward_of(const sdpa_forward_args *a)
 {
     sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
     g.dtype = a->dtype;
+    g.kv_dtype = a->kv_dtype;
+    g.bias_dtype = a->bias_dtype;
     g.causal = a->causal;
     g.flags = a->flags;
     g.scale = a->scale;
@@ -117,7 +140,15 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
         snprintf(note, note_size, "n/a (out of memory for the inputs)");
         return -1;
     }
+    /* the storage shapes (Ab: bfloat16) hand the backward q, k, v, out and
+     * dout in their storage types and take the gradients in io_type; lse
+     * stays in the compute type, and the five gemms run in float32 on the
+     * same (exactly representable) values */
     const size_t el = bench_elem_size(s->dtype);
+    b->io_type = s->io_type ? s->io_type : s->dtype;
+    const size_t io_el = bench_type_size(b->io_type);
+    b->kv_type = s->kv_type ? s->kv_type : s->dtype;
+    const size_t kv_el = bench_type_size(b->kv_type);
     const size_t no = b->d.out_count;
     b->nq = (size_t)(s->n * s->hq * s->tq * s->dk);
     b->nk = (size_t)(s->n * s->hkv * s->tk * s->dk);
@@ -129,7 +160,8 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
     const size_t counts[] = {b->nlse, no,      b->nq, b->nk, b->nv,
                              no,      b->nlse, b->nq, b->nk, b->nv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        /* zeroed, so resident before any measurement */
+        /* zeroed, so resident before any measurement; the library's
+         * gradients and out in io_type take at most el per element */
         if (!(*bufs[i] = bench_alloc(counts[i] * el))) {
             snprintf(note, note_size, "n/a (out of memory for the tensors)");
             bwd_data_free(b);
@@ -137,6 +169,15 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
         }
     /* dout from a seed of its own: not correlated with q, k, v */
     bench_fill_random(b->dout, no, s->dtype, seed ^ 0x5DEECE66Dull);
+    int failed = 0;
+    b->dout_lib = s->dtype == SDPA_FLOAT32
+                      ? bench_typed_copy(b->dout, no, b->io_type, &failed)
+                      : NULL;
+    if (failed) {
+        snprintf(note, note_size, "n/a (out of memory for the tensors)");
+        bwd_data_free(b);
+        return -1;
+    }
 
     const sdpa_forward_args *a = &b->d.args;
     sdpa_tensor lse = sdpa_tensor_bhtd(b->lse, s->n, s->hq, s->tq, 1);
@@ -146,16 +187,20 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
 
     sdpa_backward_args g = bench_backward_of(a);
     g.lse = lse;
-    g.dout = sdpa_tensor_bhtd(b->dout, s->n, s->hq, s->tq, s->dv);
+    g.dout = sdpa_tensor_bhtd(b->dout_lib ? b->dout_lib : b->dout, s->n, s->hq,
+                              s->tq, s->dv);
     g.dq = sdpa_tensor_bhtd(b->dq, s->n, s->hq, s->tq, s->dk);
     g.dk = sdpa_tensor_bhtd(b->dk, s->n, s->hkv, s->tk, s->dk);
     g.dv = sdpa_tensor_bhtd(b->dv, s->n, s->hkv, s->tk, s->dv);
     b->bwd = g;
 
     /* q, k, v, out, dout, lse in; dq, dk, dv out */
-    b->io_bwd =
-        (double)((b->nq + b->nk + b->nv) * 2 + no * 2 + b->nlse) * (double)el;
-    b->io_fwd = (double)(b->nq + b->nk + b->nv + no + b->nlse) * (double)el;
+    b->io_bwd = (double)((b->nq + no) * 2 * io_el +
+                         (b->nk + b->nv) * 2 * kv_el + b->nlse * el);
+    /* the gemms: q, k, v, dout in and dq, dk, dv out, in the compute type */
+    b->io_gemms = (double)((b->nq + b->nk + b->nv) * 2 + no) * (double)el;
+    b->io_fwd =
+        (double)((b->nq + no) * io_el + (b->nk + b->nv) * kv_el + b->nlse * el);
 
     sdpa_forward_args ref = *a;
     ref.lse = lse;
@@ -176,10 +221,40 @@ static int bwd_data_init(bwd_data *b, const bench_shape *s, uint64_t seed,
 
 /* ---- checks -------------------------------------------------------------- */
 
-static double load(const void *base, size_t i, int dtype)
+/* Element i of a buffer of any type the table hands over. */
+static double load(const void *base, size_t i, int type)
 {
-    return dtype == SDPA_FLOAT64 ? ((const double *)base)[i]
-                                 : (double)((const float *)base)[i];
+    switch (type) {
+    case SDPA_FLOAT64:
+        return ((const double *)base)[i];
+    case SDPA_FLOAT16:
+    case SDPA_BFLOAT16:
+        return (double)bench_half_value(((const uint16_t *)base)[i], type);
+    default:
+        return (double)((const float *)base)[i];
+    }
+}
+
+/* max |a_i - b_i| over n elements of `type`; +inf on a NaN. */
+static double max_abs_diff(const void *a, const void *b, size_t n, int type)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double diff = fabs(load(a, i, type) - load(b, i, type));
+        if (!(diff <= worst))
+            worst = isnan(diff) ? INFINITY : diff;
+    }
+    return worst;
+}
+
+/* The identities' limit for gradients stored in `type`: each value rounded
+ * once moves a column's sum by at most half an ulp of its magnitude sum
+ * (Σ_j |dv_j| <= Σ_i |dout_i|), on top of the compute type's limit. */
+static double gradient_tolerance(int dtype, int type)
+{
+    return bench_tolerance(dtype) + (type == SDPA_BFLOAT16  ? 0x1p-8
+                                     : type == SDPA_FLOAT16 ? 0x1p-10
+                                                            : 0.0);
 }
 
 /* The gradients against two identities that hold whatever the inputs when
@@ -215,7 +290,7 @@ static double check_identities(const bwd_data *b)
                     double x = load(
                         b->dv,
                         (size_t)(((n * s->hkv + kh) * s->tk + j) * s->dv + c),
-                        s->dtype);
+                        b->kv_type);
                     if (j >= len && x != 0.0)
                         return INFINITY; /* keys no row sees: dv = 0 */
                     sum += x;
@@ -223,9 +298,9 @@ static double check_identities(const bwd_data *b)
                 for (int64_t h = kh * g; h < (kh + 1) * g; h++)
                     for (int64_t i = 0; i < s->tq; i++) {
                         double y = load(
-                            b->dout,
+                            b->dout_lib ? b->dout_lib : b->dout,
                             (size_t)(((n * s->hq + h) * s->tq + i) * s->dv + c),
-                            s->dtype);
+                            b->io_type);
                         sum -= y;
                         mag += fabs(y);
                     }
@@ -239,7 +314,7 @@ static double check_identities(const bwd_data *b)
                     double x = load(
                         b->dk,
                         (size_t)(((n * s->hkv + kh) * s->tk + j) * s->dk + c),
-                        s->dtype);
+                        b->kv_type);
                     if (j >= len && x != 0.0)
                         return INFINITY; /* keys no row sees: dk = 0 */
                     sum += x;
@@ -252,7 +327,7 @@ static double check_identities(const bwd_data *b)
         }
     /* dq: no identity, but every value must have been written */
     for (size_t i = 0; i < b->nq; i++)
-        if (isnan(load(b->dq, i, s->dtype)))
+        if (isnan(load(b->dq, i, b->io_type)))
             return INFINITY;
     return worst;
 }
@@ -261,13 +336,15 @@ static double check_identities(const bwd_data *b)
  * is the library's promise (bitwise identical results). */
 static uint64_t gradient_hash(const bwd_data *b)
 {
-    const size_t el = bench_elem_size(b->d.shape->dtype);
     const void *bufs[3] = {b->dq, b->dk, b->dv};
     const size_t counts[3] = {b->nq, b->nk, b->nv};
+    const size_t el[3] = {bench_type_size(b->io_type),
+                          bench_type_size(b->kv_type),
+                          bench_type_size(b->kv_type)};
     uint64_t h = 0xcbf29ce484222325ull;
     for (int k = 0; k < 3; k++) {
         const unsigned char *p = bufs[k];
-        for (size_t i = 0; i < counts[k] * el; i++)
+        for (size_t i = 0; i < counts[k] * el[k]; i++)
             h = (h ^ p[i]) * 0x100000001b3ull;
     }
     return h;
@@ -325,7 +402,11 @@ static void fail(bwd_variant *v, int status, const char *where)
  * --lib-blas-threads. */
 static double run_once(bwd_variant *v, const bwd_data *b, const bench_env *env)
 {
-    const int var = v->row.variant;
+    int var = v->row.variant;
+    if (var >= BWD_COUNT) { /* the ref shape's call of the same kind */
+        var -= BWD_COUNT;
+        b = b->ref;
+    }
     openblas_set_num_threads(var != BWD_GEMMS && env->lib_blas_threads
                                  ? env->lib_blas_threads
                                  : v->row.threads);
@@ -353,9 +434,11 @@ static int lib_prepare(bwd_variant *v, const bwd_data *b, const bench_env *env)
     if (st == SDPA_OK)
         st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_NUM_THREADS, v->row.threads);
     /* the backward's tiles only: the forward stays as the library ships */
-    if (st == SDPA_OK && v->row.variant == BWD_BACKWARD && env->block_q)
+    const bool backward =
+        v->row.variant == BWD_BACKWARD || v->row.variant == BWD_REF_BACKWARD;
+    if (st == SDPA_OK && backward && env->block_q)
         st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_BLOCK_Q, env->block_q);
-    if (st == SDPA_OK && v->row.variant == BWD_BACKWARD && env->block_k)
+    if (st == SDPA_OK && backward && env->block_k)
         st = sdpa_ctx_set_int(v->ctx, SDPA_OPT_BLOCK_K, env->block_k);
     if (st != SDPA_OK) {
         fail(v, st, "context");
@@ -383,6 +466,11 @@ static void setup(bwd_variant *v, bwd_data *b, const bench_env *env)
     }
     int64_t rss0 = bench_mem_peak_start(env->peak_reset_ok);
     v->live = 1;
+    if (v->row.variant >= BWD_COUNT) { /* timed only: checked in its block */
+        if (lib_prepare(v, b->ref, env) == 0)
+            v->cold_s = run_once(v, b, env);
+        return;
+    }
     if (v->row.variant == BWD_GEMMS) {
         if (bench_baseline_init(&v->s_block, s, GEMMS_BLOCK_BUDGET) ||
             bench_baseline_init(&v->dp_block, s, GEMMS_BLOCK_BUDGET)) {
@@ -418,12 +506,14 @@ static void setup(bwd_variant *v, bwd_data *b, const bench_env *env)
         v->row.scratch =
             (int64_t)(atomic_load(&v->count.peak) - v->live_before);
 
-    double tol = bench_tolerance(s->dtype);
+    double tol = v->row.variant == BWD_BACKWARD
+                     ? gradient_tolerance(s->dtype, b->kv_type) /* dk, dv */
+                     : bench_tolerance(s->dtype);
     if (v->row.variant == BWD_BACKWARD)
         v->row.check = check_identities(b);
     else if (v->row.variant == BWD_FORWARD) /* against the feeding forward */
-        v->row.check = bench_max_abs_diff(b->out_fwd, b->d.out_lib,
-                                          b->d.out_count, s->dtype);
+        v->row.check =
+            max_abs_diff(b->out_fwd, b->d.out_lib, b->d.out_count, b->io_type);
     if (v->row.variant != BWD_GEMMS && v->row.check >= 0 &&
         !(v->row.check <= tol)) {
         v->row.check_bad = 1;
@@ -449,6 +539,8 @@ typedef struct bwd_summary {
     double extra;        /* max(peak RSS growth, scratch) of the backward */
     int mem_pass;        /* -1 not measurable */
     const char *bitwise; /* "", or identical to / DIFFER from block 1 */
+    double ref_ratio[2]; /* [0] backward, [1] forward over the ref shape's,
+                            in the same rounds (0: none) */
 } bwd_summary;
 
 static int listed(const char *const *names, size_t n, const char *name)
@@ -459,14 +551,14 @@ static int listed(const char *const *names, size_t n, const char *name)
     return 0;
 }
 
-static int choose_reps(const bench_shape *s, bwd_variant *vars,
+static int choose_reps(const bench_shape *s, bwd_variant *vars, int nvar,
                        const bwd_data *b, const bench_env *env,
                        const bench_backward_opts *o)
 {
     if (s->max_reps == 1)
         return 1;
     double round = 0.0;
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         double t = vars[i].live ? run_once(&vars[i], b, env) : -1.0;
         round += t > 0 ? t : 0.0;
     }
@@ -571,18 +663,22 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
                      int *first_threads, bwd_row *out, bwd_summary *m)
 {
     const bench_shape *s = b->d.shape;
-    bwd_variant vars[BWD_COUNT];
+    const int nvar = b->ref ? BWD_ALL : BWD_COUNT;
+    bwd_variant vars[BWD_ALL];
     memset(vars, 0, sizeof vars);
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         bwd_row *r = &vars[i].row;
-        r->shape = s;
+        r->shape = i < BWD_COUNT ? s : b->ref->d.shape;
         r->threads = threads;
         r->variant = i;
         r->scratch = -1;
         r->workspace = -1;
         r->peak_growth = -1;
         r->check = -1.0;
-        r->io = i == BWD_FORWARD ? b->io_fwd : b->io_bwd;
+        const bwd_data *data = i < BWD_COUNT ? b : b->ref;
+        r->io = i % BWD_COUNT == BWD_FORWARD ? data->io_fwd
+                : i == BWD_GEMMS             ? data->io_gemms
+                                             : data->io_bwd;
     }
     memset(m, 0, sizeof *m);
     m->shape = s;
@@ -593,7 +689,7 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
     /* the backward first: its peak is the one the bound is about */
     fprintf(stderr, "[%s thr=%d backward] setup:", s->name, threads);
     int warnings = 0;
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         fprintf(stderr, " %s", bwd_names[i]);
         setup(&vars[i], b, env);
         fprintf(stderr, vars[i].live ? " %.3fs;" : " -;", vars[i].cold_s);
@@ -615,25 +711,25 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
             }
         }
     }
-    int reps = choose_reps(s, vars, b, env, o);
+    int reps = choose_reps(s, vars, nvar, b, env, o);
     fprintf(stderr, " -> %d timed round%s\n", reps, reps == 1 ? "" : "s");
 
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         vars[i].times = calloc((size_t)reps, sizeof(double));
         vars[i].cpu_times = calloc((size_t)reps, sizeof(double));
         if (!vars[i].times || !vars[i].cpu_times)
             vars[i].live = 0;
     }
     if (s->max_reps == 1) { /* the cold setup run is the timed run */
-        for (int i = 0; i < BWD_COUNT; i++)
+        for (int i = 0; i < nvar; i++)
             if (vars[i].live) {
                 vars[i].times[0] = vars[i].cold_s;
                 vars[i].cpu_times[0] = vars[i].last_cpu;
                 vars[i].row.reps = 1;
             }
     } else {
-        int live[BWD_COUNT], nlive = 0;
-        for (int i = 0; i < BWD_COUNT; i++)
+        int live[BWD_ALL], nlive = 0;
+        for (int i = 0; i < nvar; i++)
             if (vars[i].live)
                 live[nlive++] = i;
         for (int r = 0; r < reps; r++)
@@ -649,7 +745,7 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
             }
     }
 
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         bwd_row *r = &vars[i].row;
         r->ok = vars[i].live && r->reps > 0;
         if (!r->ok)
@@ -657,9 +753,9 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
         r->median_s = bench_median(vars[i].times, r->reps);
         r->min_s = vars[i].times[0]; /* sorted by bench_median */
         r->cpu_median_s = bench_median(vars[i].cpu_times, r->reps);
-        r->gflops =
-            (i == BWD_FORWARD ? bench_shape_flops(s) : backward_flops(s)) /
-            r->median_s / 1e9;
+        r->gflops = (i % BWD_COUNT == BWD_FORWARD ? bench_shape_flops(r->shape)
+                                                  : backward_flops(r->shape)) /
+                    r->median_s / 1e9;
     }
     const bwd_row *fwd = &vars[BWD_FORWARD].row;
     const bwd_row *gem = &vars[BWD_GEMMS].row;
@@ -690,6 +786,14 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
         out[i] = *r;
     }
 
+    /* the ref shape's calls, in these rounds */
+    for (int i = BWD_COUNT; i < nvar; i++) {
+        const bwd_row *mine = &vars[i - BWD_COUNT].row, *ref = &vars[i].row;
+        if (mine->ok && ref->ok)
+            m->ref_ratio[i - BWD_COUNT] = mine->median_s / ref->median_s;
+        snprintf(vars[i].row.note, sizeof vars[i].row.note,
+                 "%s's, in %s's rounds", ref->shape->name, s->name);
+    }
     const bwd_row *bwd = &vars[BWD_BACKWARD].row;
     m->ratio_fwd = bwd->ratio_fwd;
     m->ratio_gemms = bwd->ratio_gemms;
@@ -721,11 +825,13 @@ static int run_block(bwd_data *b, int threads, const bench_env *env,
                threads);
         for (int i = 0; i < BWD_COUNT; i++)
             print_row(&out[i]);
+        for (int i = BWD_COUNT; i < nvar; i++)
+            print_row(&vars[i].row);
         print_summary(m, bwd, b);
         fflush(stdout);
     }
 
-    for (int i = 0; i < BWD_COUNT; i++) {
+    for (int i = 0; i < nvar; i++) {
         sdpa_ctx_destroy(vars[i].ctx);
         bench_baseline_free(&vars[i].s_block);
         bench_baseline_free(&vars[i].dp_block);
@@ -838,6 +944,14 @@ static void json_rows(const bwd_row *rows, size_t n)
     printf("\n  ]");
 }
 
+/* The target of a shape's ratio to its ref: part 0 the backward, 1 the
+ * forward. */
+static double ref_target(const bench_shape *s, int part)
+{
+    return part == 0 && s->backward_ref_target > 0 ? s->backward_ref_target
+                                                   : s->ref_target;
+}
+
 static void json_summaries(const bwd_summary *m, size_t n)
 {
     printf(",\n  \"summaries\": [");
@@ -866,40 +980,41 @@ static void json_summaries(const bwd_summary *m, size_t n)
                                      : "false");
         printf(", \"bitwise\": ");
         bench_json_string(m[i].bitwise);
+        if (m[i].shape->ref) {
+            printf(", \"ref\": ");
+            bench_json_string(m[i].shape->ref);
+            printf(", \"backward_over_ref\": ");
+            bench_json_number(m[i].ref_ratio[0] > 0 ? m[i].ref_ratio[0] : NAN);
+            printf(", \"forward_over_ref\": ");
+            bench_json_number(m[i].ref_ratio[1] > 0 ? m[i].ref_ratio[1] : NAN);
+            printf(", \"backward_ref_target_max\": %.2f, "
+                   "\"forward_ref_target_max\": %.2f",
+                   ref_target(m[i].shape, 0), ref_target(m[i].shape, 1));
+        }
         putchar('}');
     }
     printf("\n  ]");
 }
 
-/* A shape with a ref (Ad: A with dropout) against that shape's block at
- * the same thread count: forward and backward medians, each block's own
- * rounds. */
-static void print_ref_ratios(const bwd_row *rows, const bwd_summary *sums,
-                             size_t nsums)
+/* A shape with a ref (Ab, Ad) against that shape's calls in its rounds:
+ * backward and forward medians. */
+static void print_ref_ratios(const bwd_summary *sums, size_t nsums)
 {
     for (size_t i = 0; i < nsums; i++) {
         const bench_shape *s = sums[i].shape;
-        for (size_t j = 0; s->ref && j < nsums; j++) {
-            if (strcasecmp(sums[j].shape->name, s->ref) != 0 ||
-                sums[j].threads != sums[i].threads)
-                continue;
-            const bwd_row *mine = rows + i * BWD_COUNT;
-            const bwd_row *ref = rows + j * BWD_COUNT;
-            printf("   %s/%s thr=%d:", s->name, s->ref, sums[i].threads);
-            const int parts[2] = {BWD_FORWARD, BWD_BACKWARD};
-            for (int k = 0; k < 2; k++) {
-                const bwd_row *a = &mine[parts[k]], *b = &ref[parts[k]];
-                if (!a->ok || !b->ok) {
-                    printf(" %s n/a;", bwd_names[parts[k]]);
-                    continue;
-                }
-                double x = a->median_s / b->median_s;
-                printf(" %s %.3f (%.3f / %.3f ms) [target <= %.2f: %s]%s",
-                       bwd_names[parts[k]], x, a->median_s * 1e3,
-                       b->median_s * 1e3, s->ref_target,
-                       x <= s->ref_target ? "met" : "NOT met",
-                       k == 0 ? ";" : "\n");
-            }
+        if (!s->ref)
+            continue;
+        printf("   %s/%s thr=%d, same rounds:", s->name, s->ref,
+               sums[i].threads);
+        for (int k = 0; k < 2; k++) {
+            const char *what = bwd_names[k == 0 ? BWD_BACKWARD : BWD_FORWARD];
+            double x = sums[i].ref_ratio[k], target = ref_target(s, k);
+            if (x > 0)
+                printf(" %s %.3f [target <= %.2f: %s]", what, x, target,
+                       x <= target ? "met" : "NOT met");
+            else
+                printf(" %s n/a", what);
+            printf("%s", k == 0 ? ";" : "\n");
         }
     }
 }
@@ -919,10 +1034,9 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
         for (const char *p = list; *p;) {
             const char *comma = strchr(p, ',');
             size_t tok = comma ? (size_t)(comma - p) : strlen(p);
-            /* the table times float32 / float64 inputs, unpaged: the
-             * storage-type shapes (Gh, Ah, Ph, ...) have no row here */
-            bool storage =
-                shapes[i].io_type || shapes[i].kv_type || shapes[i].page;
+            /* the backward reads contiguous K/V: no paged shape (Ph);
+             * decode shapes (Gh, ...) are no training step */
+            bool skipped = shapes[i].page || shapes[i].decode;
             if (tok == len && strncasecmp(p, shapes[i].name, len) == 0) {
                 if (shapes[i].ragged)
                     fprintf(stderr,
@@ -930,12 +1044,13 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
                             "ragged shape: the forward table times its "
                             "backward, if it has one)\n",
                             shapes[i].name);
-                else if (storage)
+                else if (skipped)
                     fprintf(stderr,
-                            "sdpa-bench --backward: shape %s skipped (half "
-                            "or paged storage; the backward table times "
-                            "float32 / float64 inputs)\n",
-                            shapes[i].name);
+                            "sdpa-bench --backward: shape %s skipped (%s)\n",
+                            shapes[i].name,
+                            shapes[i].page ? "paged K/V: sdpa_backward "
+                                             "reads contiguous K/V"
+                                           : "a decode shape");
                 else
                     sel[nsel++] = &shapes[i];
                 break;
@@ -970,6 +1085,14 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
             warnings += strncmp(note, "ERROR", 5) == 0;
             continue;
         }
+        const bench_shape *ref = s->ref ? bench_shape_find(s->ref) : NULL;
+        if (ref && (b.ref = malloc(sizeof *b.ref)) != NULL &&
+            bwd_data_init(b.ref, ref, env->seed, note, sizeof note)) {
+            fprintf(stderr, "sdpa-bench: shape %s's ref %s: %s\n", s->name,
+                    ref->name, note);
+            free(b.ref);
+            b.ref = NULL;
+        }
         uint64_t first_hash = 0;
         int first_threads = 0;
         for (int t = 0; t < o->nthreads; t++) {
@@ -998,7 +1121,7 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
         json_summaries(sums, nsums);
         printf("\n}\n");
     } else {
-        print_ref_ratios(rows, sums, nsums);
+        print_ref_ratios(sums, nsums);
         if (warnings)
             printf("\n!!! %d warning(s): a failed check, an ERROR or a FAIL "
                    "above !!!\n",

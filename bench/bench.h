@@ -7,7 +7,9 @@
  *   baseline.c  the two reference programs: bare CBLAS gemms and the naive
  *               gemm → scalar softmax → gemm (float and double instantiated
  *               from baseline_tmpl.h)
- *   sysinfo.c   clock, process memory (VmRSS / VmHWM), read bandwidth
+ *   sysinfo.c   clock, process memory (VmRSS / VmHWM), read bandwidth,
+ *               the last-level cache's size
+ *   cold.c      decode shapes' K/V copies, rotated so each run reads cold
  *   report.c    the human table and the --json output
  *   main.c      options and the interleaved measurement loop
  *   backward.c  --backward: sdpa_backward against the forward and the five
@@ -46,9 +48,10 @@ typedef struct bench_shape {
     /* 1.1 sliding window (SDPA_FLAG_WINDOW) and what it is compared with */
     int window;                        /* the call sets SDPA_FLAG_WINDOW */
     int64_t window_left, window_right; /* -1 = unbounded side */
-    const char *ref;     /* a shape whose sdpa auto call runs in this shape's
-                            rounds ("ref sdpa auto"); NULL = none */
-    double ref_target;   /* reported: median / ref median <= this */
+    const char *ref;   /* a shape whose sdpa auto call runs in this shape's
+                          rounds ("ref sdpa auto"); NULL = none */
+    double ref_target; /* reported: median / ref median <= this */
+    double backward_ref_target; /* --backward's: 0 = ref_target */
     int dense_bias;      /* variant "sdpa dense bias": the window as a dense
                             [1, 1, Tq, Tk] bias (0 / -inf), no window flag */
     double dense_target; /* reported: dense median / median >= this */
@@ -109,6 +112,9 @@ const char *bench_causal_name(int causal);
 
 /* --------------------------------------------------------------- tensors */
 
+/* Copies of a decode shape's K/V at most (cold.c). */
+#define BENCH_COLD_MAX 64
+
 /* Inputs and outputs of one shape, contiguous in (N, H, T, D) order. */
 typedef struct bench_data {
     const bench_shape *shape;
@@ -128,7 +134,14 @@ typedef struct bench_data {
      * float32 buffers above serve), the page table; out_lib then holds
      * out in io_type */
     void *q_lib, *k_lib, *v_lib;
+    size_t k_lib_bytes, v_lib_bytes; /* their sizes (page pools included) */
     int32_t *table;
+    /* cold.c: decode shapes rotate over cold_count copies of k, v (and
+     * k_lib, v_lib); set 0 is the buffers above as allocated, and k, v,
+     * k_lib, v_lib and args point at set cold_next - 1 */
+    int cold_count, cold_next;
+    void *cold_k[BENCH_COLD_MAX], *cold_v[BENCH_COLD_MAX];
+    void *cold_k_lib[BENCH_COLD_MAX], *cold_v_lib[BENCH_COLD_MAX];
 } bench_data;
 
 /* The bench's tensors: `bytes` (rounded up to 64), 64-byte aligned and
@@ -251,8 +264,29 @@ int bench_ctx_create_counted(sdpa_ctx **ctx, bench_counter *c);
 const char *bench_cpu_model(char *buf, size_t size);
 
 /* Streaming read bandwidth in bytes/s: sum of a `bytes` buffer split over
- * `threads` POSIX threads, median of `reps` passes. <= 0 on failure. */
-double bench_read_bandwidth(size_t bytes, int threads, int reps);
+ * `threads` POSIX threads, median of `reps` passes, the faster of a plain
+ * sum and one that prefetches ahead (*prefetched: whether that one won;
+ * may be NULL). Each pass reads the buffer cold: it is far larger than
+ * any cache. <= 0 on failure. */
+double bench_read_bandwidth(size_t bytes, int threads, int reps,
+                            int *prefetched);
+
+/* The last-level cache in bytes (sysfs, else sysconf; 0 when unknown). */
+size_t bench_llc_bytes(void);
+
+/* ------------------------------------------------------------------ cold */
+
+/* Decode shapes only: enough copies of K/V (and their storage-type copies
+ * or page pools) that the other copies read between two uses of one
+ * exceed twice the last-level cache (llc 0: 64 MiB assumed), at most
+ * BENCH_COLD_MAX and `budget` bytes in all: what an engine's many layers
+ * do to a layer's cache. 0 on success (one copy when the shape is not a
+ * decode shape or memory runs out: the rows then say so). */
+int bench_cold_init(bench_data *d, size_t llc, size_t budget);
+/* Point d's K/V (and args) at the next copy: called before every run. */
+void bench_cold_next(bench_data *d);
+/* Frees the copies and points d back at set 0 (bench_data_free calls it). */
+void bench_cold_free(bench_data *d);
 
 /* ---------------------------------------------------------------- report */
 
@@ -307,6 +341,8 @@ typedef struct bench_env {
     int64_t kernel;         /* SDPA_OPT_KERNEL as AUTO resolves it */
     int peak_reset_ok;      /* clear_refs worked */
     double bw[2];           /* read bandwidth with [0] 1, [1] 2 threads (B/s) */
+    int bw_prefetched[2];   /* the prefetching read was the faster */
+    size_t llc;             /* last-level cache bytes (0: unknown) */
     size_t mem_budget;      /* libsdpa workspace budget (bytes) */
     size_t baseline_budget; /* baseline score block budget (bytes) */
     uint64_t seed;

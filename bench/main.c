@@ -69,7 +69,7 @@ typedef struct variant {
     double last_cpu;   /* libsdpa: process CPU time of the last run */
     double *cpu_times; /* libsdpa: process CPU time of each timed run */
     /* the inputs and outputs it uses, and (libsdpa variants) the call */
-    const bench_data *data;
+    bench_data *data; /* mutable: decode shapes rotate their K/V copies */
     const sdpa_forward_args *args;
 } variant;
 
@@ -87,6 +87,10 @@ static const int setup_order[BENCH_VAR_COUNT] = {
     BENCH_VAR_DECODE, BENCH_VAR_AUTO, BENCH_VAR_DENSE_BIAS,   BENCH_VAR_REF};
 
 static const size_t BASELINE_BUDGET = (size_t)1 << 30; /* 1 GiB */
+/* The bandwidth probe's buffer: far beyond any last-level cache. */
+static const size_t BANDWIDTH_BYTES = (size_t)1 << 30;
+/* A decode shape's K/V copies, all of them (cold.c). */
+static const size_t COLD_BUDGET = (size_t)2 << 30;
 
 static int is_lib(int var)
 {
@@ -150,7 +154,7 @@ static void usage(FILE *f)
             "                    once untimed, as the reference of the "
             "max|diff| check\n"
             "  --backward        instead of the forward table: per shape "
-            "(default A,B,D,E,I;\n"
+            "(default A,Ab,Ad,B,D,E,I;\n"
             "                    --only picks others) and --threads value, "
             "sdpa_backward, the\n"
             "                    forward with lse that feeds it (path auto) "
@@ -406,6 +410,7 @@ static void lib_fail(variant *v, int status, const char *where)
  * (the note then says why). */
 static double run_once(variant *v)
 {
+    bench_cold_next(v->data); /* decode shapes: K/V no cache holds */
     const bench_data *d = v->data;
     /* T threads means T cores for every variant: the baselines get T
      * OpenBLAS threads; libsdpa runs T workers of its own with OpenBLAS at
@@ -588,7 +593,7 @@ static int choose_reps(const bench_shape *s, variant *vars, const options *o)
  * Writes the block's rows to `out` (*nout of them) and, for windowed
  * shapes, *ratio (ratio->shape stays NULL otherwise). Returns the number
  * of warnings. */
-static int run_block(const bench_data *d, const bench_data *ref, int threads,
+static int run_block(bench_data *d, bench_data *ref, int threads,
                      const options *o, const bench_env *env,
                      const bench_row *prev, size_t nprev, const bench_row *done,
                      size_t ndone, bench_row *out, size_t *nout,
@@ -895,9 +900,11 @@ int main(int argc, char **argv)
         return bench_backward_run(&env, &bo) ? 1 : 0;
     }
     if (any_decode) {
-        fprintf(stderr, "measuring read bandwidth (512 MiB)...\n");
-        env.bw[0] = bench_read_bandwidth((size_t)512 << 20, 1, 7);
-        env.bw[1] = bench_read_bandwidth((size_t)512 << 20, 2, 7);
+        fprintf(stderr, "measuring read bandwidth (1 GiB)...\n");
+        env.llc = bench_llc_bytes();
+        for (int t = 0; t < 2; t++)
+            env.bw[t] = bench_read_bandwidth(BANDWIDTH_BYTES, t + 1, 7,
+                                             &env.bw_prefetched[t]);
     }
 
     if (!o.json) {
@@ -940,6 +947,15 @@ int main(int argc, char **argv)
                     s->ref);
             have_ref = prepare_ref(&ref, bench_shape_find(s->ref), o.seed);
         }
+        bench_cold_init(&d, env.llc, COLD_BUDGET);
+        if (have_ref)
+            bench_cold_init(&ref, env.llc, COLD_BUDGET);
+        if (s->decode && !o.json)
+            printf("-- %s: K/V read cold: %d copies (%d for the ref), one per "
+                   "run in turn (last-level cache %.1f MiB%s)\n",
+                   s->name, d.cold_count, have_ref ? ref.cold_count : 0,
+                   (double)(env.llc ? env.llc : 64u << 20) / BENCH_MIB,
+                   env.llc ? "" : ", unknown: 64 assumed");
         size_t block_start = 0, block_rows = 0;
         for (int t = 0; t < o.nthreads; t++) {
             const bench_row *prev = t ? rows + block_start : NULL;

@@ -166,6 +166,23 @@ static const bench_shape suite[] = {
      .kv_type = SDPA_FLOAT16,
      .ref = "A",
      .ref_target = 1.15},
+    /* 1.2: a bfloat16 training step: q, k, v, out, dout and the gradients
+     * in bfloat16 (lse float32), against A's float32 call in its rounds */
+    {.name = "Ab",
+     .what = "A with q, k, v, out (and dout, dq, dk, dv) in bfloat16",
+     .dtype = SDPA_FLOAT32,
+     .n = 1,
+     .hq = 8,
+     .hkv = 8,
+     .tq = 1024,
+     .tk = 1024,
+     .dk = 64,
+     .dv = 64,
+     .io_type = SDPA_BFLOAT16,
+     .kv_type = SDPA_BFLOAT16,
+     .ref = "A",
+     .ref_target = 1.15,
+     .backward_ref_target = 1.1},
     /* 1.2: ragged batches (serving.c, packed.c), each against the calls
      * an engine or a trainer makes without them */
     {.name = "S",

@@ -158,6 +158,10 @@ static int make_pages(bench_data *d)
     free(d->v_lib);
     d->k_lib = k;
     d->v_lib = v;
+    d->k_lib_bytes =
+        (size_t)(pages * s->hkv * s->page * s->dk) * bench_type_size(kv);
+    d->v_lib_bytes =
+        (size_t)(pages * s->hkv * s->page * s->dv) * bench_type_size(kv);
     if (!k || !v)
         return -1;
     sdpa_forward_args *a = &d->args;
@@ -186,6 +190,8 @@ int bench_storage_init(bench_data *d)
     d->q_lib = bench_typed_copy(d->q, nq, s->io_type, &failed);
     d->k_lib = bench_typed_copy(d->k, nk, s->kv_type, &failed);
     d->v_lib = bench_typed_copy(d->v, nv, s->kv_type, &failed);
+    d->k_lib_bytes = d->k_lib ? nk * bench_type_size(s->kv_type) : 0;
+    d->v_lib_bytes = d->v_lib ? nv * bench_type_size(s->kv_type) : 0;
     if (failed)
         return -1;
     sdpa_forward_args *a = &d->args;

@@ -174,6 +174,7 @@ int bench_data_init(bench_data *d, const bench_shape *s, uint64_t seed)
 
 void bench_data_free(bench_data *d)
 {
+    bench_cold_free(d);
     free(d->q);
     free(d->k);
     free(d->v);

@@ -639,10 +639,25 @@ enum {
  * the optional weights, lse, max_weight, entropy outputs); its q, k, v, out
  * and logits must be absent (the layer makes them). The projected Q, K, V
  * and the heads' outputs live in the context's scratch: a repeated call
- * allocates nothing. */
+ * allocates nothing.
+ *
+ * Half-precision storage (1.2): dtype SDPA_FLOAT16 or SDPA_BFLOAT16 is the
+ * type of x_q, x_kv, the weights, the biases and y, computed in float32:
+ * each call widens them exactly into float32 copies in the layer's scratch
+ * (a repeated call still allocates nothing), runs the float32 layer on the
+ * copies and rounds y once to nearest even. Promise: y is bitwise the
+ * float32 layer's y (same context) on the widened inputs, rounded once.
+ * attn follows sdpa_forward's rules for a half dtype: its dtype and
+ * kv_dtype are 0 or the layer's dtype, the bias is of bias_dtype (0: the
+ * layer's dtype; SDPA_FLOAT32 also accepted), the mask is uint8, and the
+ * optional outputs weights, lse, max_weight and entropy are float32, the
+ * compute type (bitwise the float32 layer's). A finite y that rounds to
+ * infinity (|y| >= 65520 in float16) is SDPA_ERR_NONFINITE with y
+ * untouched; the attention's outputs are written by then. */
 typedef struct sdpa_mha_args {
     size_t struct_size; /* sizeof(sdpa_mha_args) */
-    int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64 */
+    int dtype;          /* SDPA_FLOAT32 or SDPA_FLOAT64, or (1.2) a half
+                           type computed in float32 (see above) */
     int positions;      /* SDPA_POS_* */
     int64_t heads_q;    /* Hq, required */
     int64_t heads_kv;   /* Hkv; 0 = Hq */
@@ -982,7 +997,19 @@ SDPA_API int sdpa_merge(sdpa_ctx *ctx, const sdpa_merge_args *args);
  * nothing. Every output is overwritten, not accumulated. dy, dx_q and
  * dx_kv take any row stride (innermost 1), as x_q does. Outputs must not
  * overlap each other, x_q, x_kv, dy, a weight or a bias
- * (SDPA_ERR_OVERLAP). */
+ * (SDPA_ERR_OVERLAP).
+ *
+ * Half-precision storage (1.2; struct_size 304): with forward->dtype
+ * SDPA_FLOAT16 or SDPA_BFLOAT16, dy is of that type, and the inputs and dy
+ * are widened exactly into float32 copies in the layer's scratch, where
+ * the float32 layer's backward runs. grad_dtype 0 writes every gradient in
+ * the layer's dtype, each rounded once to nearest even from its float32
+ * value (a float16 gradient past 65504 is ±inf, as sdpa_backward's: not
+ * an error); SDPA_FLOAT32 writes them in float32 (also accepted, and the
+ * same as 0, for a float32 layer; refused for float64). Promise: the
+ * gradients are bitwise those of the float32 layer's backward (same
+ * context) on the widened inputs, in float32 or rounded once. A 1.1
+ * caller's struct_size 296 means grad_dtype 0. */
 typedef struct sdpa_mha_backward_args {
     size_t struct_size;           /* sizeof(sdpa_mha_backward_args) */
     const sdpa_mha_args *forward; /* the forward call's arguments */
@@ -990,6 +1017,9 @@ typedef struct sdpa_mha_backward_args {
     sdpa_tensor dx_q, dx_kv;      /* optional outputs */
     void *dw_q, *dw_k, *dw_v, *dw_o;
     void *db_q, *db_k, *db_v, *db_o;
+    /* 1.2: half-precision storage (see above) */
+    int grad_dtype; /* 0: the gradients in forward->dtype; SDPA_FLOAT32:
+                       in float32 (a layer computed in float32) */
 } sdpa_mha_backward_args;
 
 #define SDPA_MHA_BACKWARD_ARGS_INIT                                            \

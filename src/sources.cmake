@@ -35,6 +35,7 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/backward/ragged.c
     ${CMAKE_CURRENT_LIST_DIR}/merge/merge.c
     ${CMAKE_CURRENT_LIST_DIR}/layer/layer_common.c
+    ${CMAKE_CURRENT_LIST_DIR}/layer/layer_half.c
     ${CMAKE_CURRENT_LIST_DIR}/layer/layer.c
     ${CMAKE_CURRENT_LIST_DIR}/layer/layer_backward.c
     ${CMAKE_CURRENT_LIST_DIR}/layer/positions.c

@@ -269,6 +269,7 @@ class sdpa_mha_backward_args(Structure):
         ("db_k", c_void_p),
         ("db_v", c_void_p),
         ("db_o", c_void_p),
+        ("grad_dtype", c_int),
     ]
 
 

@@ -7,10 +7,12 @@ stride that is not a multiple of the element size, a non-native byte
 order, an unaligned buffer) is refused with sdpa.Error; negative strides
 are passed on and the library refuses them with its own message.
 
-A PyTorch tensor (or any object with __dlpack__) is taken through
-numpy.from_dlpack, which shares its memory; results for such inputs are
-returned as tensors of the same memory (torch.from_numpy). PyTorch is never
-imported unless such a tensor is passed.
+A PyTorch CPU tensor is taken through Tensor.numpy(), which shares its
+memory, stays writable (an output) and covers bool masks (PyTorch 1.13's
+DLPack has no bool); any other object with __dlpack__ through
+numpy.from_dlpack (read-only in numpy: an input). Results for tensor
+inputs are returned as tensors of the same memory (torch.from_numpy).
+PyTorch is never imported unless such a tensor is passed.
 """
 
 import numpy as np
@@ -55,8 +57,8 @@ def _from_torch(x, who, name):
 
     x = x.detach()
     if x.dtype == torch.bfloat16:
-        return np.from_dlpack(x.view(torch.int16)).view(np.uint16), BFLOAT16
-    return np.from_dlpack(x), None
+        return x.view(torch.int16).numpy().view(np.uint16), BFLOAT16
+    return x.numpy(), None
 
 
 def take(x, who, name, *, storage=None, float_input=True):

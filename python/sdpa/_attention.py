@@ -162,6 +162,9 @@ def attention(
     storage=None,
     layout="bhtd",
     flags=0,
+    dropout_p=0.0,
+    dropout_seed=0,
+    dropout_offset=0,
     out=None,
     ctx=None,
 ):
@@ -186,6 +189,11 @@ def attention(
               or "masked" for the scores at that stage
     q_offsets, kv_offsets, block_table   a ragged batch / paged K and V
               (docs/RAGGED.md, docs/ENGINES.md)
+    dropout_p, dropout_seed, dropout_offset   dropout on the weights: each
+              kept with probability 1 - dropout_p and scaled by
+              1/(1 - dropout_p), the mask drawn from Philox4x32-10 keyed
+              by the seed and offset (docs/SEMANTICS.md); pass the same
+              three to attention_backward
     out       an array to write the result into (else a new one)
     ctx       an sdpa.Context (else this thread's default one)
 
@@ -208,6 +216,9 @@ def attention(
         q_offsets=q_offsets,
         kv_offsets=kv_offsets,
         flags=flags,
+        dropout_p=dropout_p,
+        dropout_seed=dropout_seed,
+        dropout_offset=dropout_offset,
     )
     args, inputs, opts, dims = _forward_args(who, q, k, v, kw, block_table=block_table, storage=storage, layout=layout)
     outs = _forward_outputs(who, args, inputs, dims, out, weights, lse, diagnostics, logits, layout)
@@ -265,7 +276,8 @@ def attention_backward(
 
     dout is the gradient of the loss for out; q, k, v, the options (mask,
     mask_allows, bias, causal, scale, softcap, kv_lens, window, alibi,
-    sinks, q_offsets, kv_offsets: the keywords of sdpa.attention), out and
+    sinks, q_offsets, kv_offsets, dropout_p, dropout_seed, dropout_offset:
+    the keywords of sdpa.attention), out and
     lse (lse=True of the forward call) are those of the forward call.
     Returns the named tuple (dq, dk, dv[, dbias][, dsinks]): dk and dv have
     extent 1 over N where k and v are broadcast over N (the sum over the

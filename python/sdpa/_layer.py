@@ -35,13 +35,16 @@ def _rows(a):
 class _Layer:
     """The arguments of one layer call, checked and held alive."""
 
-    def __init__(self, who, x_q, params, *, heads, x_kv, heads_kv, dim_k, dim_v, positions, pos_base, pos_offset, pos_q, pos_kv, attn_kw):
+    def __init__(self, who, x_q, params, *, heads, x_kv, heads_kv, dim_k, dim_v, positions, pos_base, pos_offset, pos_q, pos_kv, storage, attn_kw):
         self.who = who
-        xq = _arrays.take(x_q, who, "x_q")
+        self.storage = storage
+        xq = _arrays.take(x_q, who, "x_q", storage=storage)
         if xq.a.ndim not in (2, 3):
             raise Error(_abi.SDPA_ERR_BAD_DIM, "%s: x_q: [T, d_model] or [N, T, d_model] expected" % who)
         self.torch = xq.torch
         self.code = xq.storage
+        # a half layer computes in float32: the attention's outputs' type
+        self.compute = _arrays.FLOAT32 if self.code in (_arrays.FLOAT16, _arrays.BFLOAT16) else self.code
         self.rank = xq.a.ndim
         self.x_q = xq.a
         n = 1 if xq.a.ndim == 2 else xq.a.shape[0]
@@ -69,7 +72,7 @@ class _Layer:
         self.tk = tq
         self.x_kv = None
         if x_kv is not None:
-            xkv = _arrays.take(x_kv, who, "x_kv")
+            xkv = _arrays.take(x_kv, who, "x_kv", storage=storage)
             if xkv.storage != self.code:
                 raise Error(_abi.SDPA_ERR_BAD_DTYPE, "%s: x_kv is not of x_q's dtype" % who)
             self.x_kv = xkv.a
@@ -87,7 +90,8 @@ class _Layer:
                 continue
             if dk == 0 or dv == 0:
                 continue  # the library refuses the heads before any read
-            arr = _arrays.take(value, who, name).a
+            taken = _arrays.take(value, who, name, storage=storage)
+            arr = taken.a
             shape = self.param_shape(name)
             if arr.shape != shape and not (name[0] == "b" and arr.size == shape[0] and arr.ndim == 1):
                 raise Error(
@@ -96,13 +100,15 @@ class _Layer:
                 )
             if not arr.flags.c_contiguous:
                 raise Error(_abi.SDPA_ERR_BAD_STRIDE, "%s: %s: a C-contiguous (row-major) array expected" % (who, name))
-            if _arrays.storage_type(arr, who, name, None) != self.code:
+            if taken.storage != self.code:
                 raise Error(_abi.SDPA_ERR_BAD_DTYPE, "%s: %s: dtype %s, x_q is %s" % (who, name, arr.dtype, self.x_q.dtype))
             self.params[name] = arr
             setattr(args, name, _arrays.pointer(arr))
-        self.opts = Options(who, **attn_kw)
+        self.opts = Options(who, storage=storage, **attn_kw)
         self.attn = _abi.new(_abi.sdpa_forward_args)
         self.opts.fill(self.attn, n, hq)
+        if self.opts.bias is not None and self.opts.bias.storage != self.code:
+            self.attn.bias_dtype = self.opts.bias.storage
         args.attn = ctypes.pointer(self.attn)
 
     def _index(self, x, name, count):
@@ -130,7 +136,22 @@ class _Layer:
         return (self.n, self.hq, self.tq, last)[4 - (self.rank + 1) :]
 
 
-_ATTENTION_OPTIONS = ("mask", "mask_allows", "bias", "causal", "scale", "softcap", "kv_lens", "window", "alibi", "sinks", "flags")
+_ATTENTION_OPTIONS = (
+    "mask",
+    "mask_allows",
+    "bias",
+    "causal",
+    "scale",
+    "softcap",
+    "kv_lens",
+    "window",
+    "alibi",
+    "sinks",
+    "flags",
+    "dropout_p",
+    "dropout_seed",
+    "dropout_offset",
+)
 
 
 def _layer(
@@ -155,6 +176,7 @@ def _layer(
     pos_offset=0,
     pos_q=None,
     pos_kv=None,
+    storage=None,
     **attention_options
 ):
     """The layer's arguments, shared by mha_forward and mha_backward."""
@@ -165,7 +187,7 @@ def _layer(
     return _Layer(
         who, x_q, params, heads=heads, x_kv=x_kv, heads_kv=heads_kv, dim_k=dim_k, dim_v=dim_v,
         positions=positions, pos_base=pos_base, pos_offset=pos_offset, pos_q=pos_q, pos_kv=pos_kv,
-        attn_kw=attention_options,
+        storage=storage, attn_kw=attention_options,
     )
 
 
@@ -173,14 +195,18 @@ def mha_forward(x_q, w_q, w_k, w_v, w_o, *, weights=False, lse=False, diagnostic
     """y = Concat(head_1..head_H) W_O + b_o, head_h = attention of the
     projected x_q W_Q, x_kv W_K, x_kv W_V (x_kv None: self-attention).
 
-    x_q [T, d_model] or [N, T, d_model] (float32 or float64); the weights
-    as x W ([d_model, heads·dk] ...). Keywords of the layer: heads
+    x_q [T, d_model] or [N, T, d_model] (float32 or float64, or float16
+    or bfloat16 (a uint16 array with storage="bfloat16"), computed in
+    float32: y is the float32 layer's on the widened inputs, rounded
+    once); the weights and biases of x_q's type, as x W ([d_model,
+    heads·dk] ...). Keywords of the layer: heads
     (required), x_kv, heads_kv, dim_k, dim_v, b_q, b_k, b_v, b_o,
     positions (None, "sinusoidal", "rope", "rope_interleaved"), pos_base,
     pos_offset, pos_q, pos_kv; and the attention options of
     sdpa.attention: mask, mask_allows, bias, causal, scale, softcap,
-    kv_lens, window, alibi, sinks. weights, lse, diagnostics ask for the
-    attention's outputs as in sdpa.attention. Returns y, or a named tuple
+    kv_lens, window, alibi, sinks, dropout_p, dropout_seed, dropout_offset.
+    weights, lse, diagnostics ask for the attention's outputs as in
+    sdpa.attention (float32 for a half layer). Returns y, or a named tuple
     (y, weights, lse, max_weight, entropy: those asked for).
     """
     who = "sdpa.mha_forward"
@@ -188,7 +214,7 @@ def mha_forward(x_q, w_q, w_k, w_v, w_o, *, weights=False, lse=False, diagnostic
     outs = {"y": Output(out, layer.rows_shape(layer.tq), layer.code, who, "out")}
     layer.args.y = _arrays.tensor(_rows(outs["y"].array), who, "out", output=True)
     if weights is not False and weights is not None:
-        outs["weights"] = Output(weights, layer.head_shape(layer.tk), layer.code, who, "weights")
+        outs["weights"] = Output(weights, layer.head_shape(layer.tk), layer.compute, who, "weights")
         layer.attn.weights = outs["weights"].tensor
     per_row = []
     if lse is not False and lse is not None:
@@ -197,7 +223,7 @@ def mha_forward(x_q, w_q, w_k, w_v, w_o, *, weights=False, lse=False, diagnostic
         given = (None, None) if diagnostics is True else diagnostics
         per_row += list(zip(("max_weight", "entropy"), given))
     for name, given in per_row:
-        outs[name] = Output(given, layer.head_shape(1)[:-1], layer.code, who, name, per_row=True)
+        outs[name] = Output(given, layer.head_shape(1)[:-1], layer.compute, who, name, per_row=True)
         setattr(layer.attn, name, outs[name].tensor)
     resolve(ctx).call(lib.sdpa_mha_forward, ctypes.byref(layer.args))
     if len(outs) == 1:
@@ -208,13 +234,15 @@ def mha_forward(x_q, w_q, w_k, w_v, w_o, *, weights=False, lse=False, diagnostic
 GRADIENTS = ("dx_q", "dx_kv", "dw_q", "dw_k", "dw_v", "dw_o", "db_q", "db_k", "db_v", "db_o")
 
 
-def mha_backward(dy, x_q, w_q, w_k, w_v, w_o, *, grads=None, ctx=None, **layer):
+def mha_backward(dy, x_q, w_q, w_k, w_v, w_o, *, grads=None, grad_dtype=None, ctx=None, **layer):
     """The gradients of sdpa.mha_forward with the same arguments (and
     keywords), for dy the gradient of the loss for y. grads names the ones
     wanted (default: all of dx_q, dx_kv (cross-attention only), dw_q ..
     dw_o, db_q .. db_o; frozen parameters cost nothing); returns them as a
     named tuple in that order. db_* is the gradient at b = 0 when the layer
-    has no such bias."""
+    has no such bias. dy is of x_q's type; in a half layer the gradients
+    are too (rounded once from the float32 layer's), or float32 with
+    grad_dtype="float32"."""
     who = "sdpa.mha_backward"
     layer = _layer(who, x_q, w_q, w_k, w_v, w_o, **layer)
     if grads is None:
@@ -224,7 +252,12 @@ def mha_backward(dy, x_q, w_q, w_k, w_v, w_o, *, grads=None, ctx=None, **layer):
         raise ValueError("%s: unknown gradient(s) %s; known: %s" % (who, ", ".join(unknown), ", ".join(GRADIENTS)))
     bargs = _abi.new(_abi.sdpa_mha_backward_args)
     bargs.forward = ctypes.pointer(layer.args)
-    dy_a = _arrays.take(dy, who, "dy")
+    grad_code = _arrays.TYPE_CODES.get(grad_dtype, grad_dtype) if grad_dtype is not None else 0
+    if grad_code not in (0, _arrays.FLOAT32):
+        raise Error(_abi.SDPA_ERR_BAD_DTYPE, "%s: grad_dtype %r is neither None nor 'float32'" % (who, grad_dtype))
+    bargs.grad_dtype = int(grad_code)
+    out_code = grad_code or layer.code
+    dy_a = _arrays.take(dy, who, "dy", storage=layer.storage)
     if dy_a.storage != layer.code:
         raise Error(_abi.SDPA_ERR_BAD_DTYPE, "%s: dy is not of x_q's dtype" % who)
     bargs.dy = _arrays.tensor(_rows(dy_a.a), who, "dy")
@@ -234,10 +267,10 @@ def mha_backward(dy, x_q, w_q, w_k, w_v, w_o, *, grads=None, ctx=None, **layer):
             continue
         if g in ("dx_q", "dx_kv"):
             rows = layer.tq if g == "dx_q" else layer.tk
-            outs[g] = Output(None, layer.rows_shape(rows), layer.code, who, g)
+            outs[g] = Output(None, layer.rows_shape(rows), out_code, who, g)
             setattr(bargs, g, _arrays.tensor(_rows(outs[g].array), who, g, output=True))
         else:
-            outs[g] = Output(None, layer.param_shape(g[1:]), layer.code, who, g, flat=True)
+            outs[g] = Output(None, layer.param_shape(g[1:]), out_code, who, g, flat=True)
             setattr(bargs, g, _arrays.pointer(outs[g].array))
     resolve(ctx).call(lib.sdpa_mha_backward, ctypes.byref(bargs))
     return result_tuple("LayerGradients", list(outs))(*(o.result(layer.torch) for o in outs.values()))

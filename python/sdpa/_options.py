@@ -33,6 +33,16 @@ def _float_or_zero(x):
     return 0.0 if x is None else float(x)
 
 
+def _uint64(x, who, name):
+    value = int(x)
+    if not 0 <= value < 1 << 64:
+        raise Error(
+            _abi.SDPA_ERR_BAD_DROPOUT,
+            "%s: %s: %d is outside [0, 2**64)" % (who, name, value),
+        )
+    return value
+
+
 class Options:
     """The attention options of one call (see sdpa.attention for each)."""
 
@@ -53,6 +63,9 @@ class Options:
         q_offsets=None,
         kv_offsets=None,
         flags=0,
+        dropout_p=0.0,
+        dropout_seed=0,
+        dropout_offset=0,
         storage=None,
     ):
         self.who = who
@@ -70,6 +83,11 @@ class Options:
         self.sinks_in = sinks
         self.q_offsets_in = q_offsets
         self.kv_offsets_in = kv_offsets
+        self.dropout_p = float(dropout_p)
+        # The library draws from the 64-bit unsigned seed and offset; ctypes
+        # would wrap a negative or larger int silently.
+        self.dropout_seed = _uint64(dropout_seed, who, "dropout_seed")
+        self.dropout_offset = _uint64(dropout_offset, who, "dropout_offset")
         self.keep = []  # the index arrays the C call reads
 
     def seqs(self):
@@ -89,6 +107,9 @@ class Options:
         args.flags = self.flags
         args.scale = self.scale
         args.softcap = self.softcap
+        args.dropout_p = self.dropout_p
+        args.dropout_seed = self.dropout_seed
+        args.dropout_offset = self.dropout_offset
         seqs = self.seqs()
         if self.q_offsets_in is not None:
             args.seqs = seqs

@@ -9,6 +9,49 @@ import numpy as np
 CAUSAL_NONE, TOP_LEFT, BOTTOM_RIGHT = 0, 1, 2
 
 
+_M0, _M1, _W0, _W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
+_U32 = 0xFFFFFFFF
+
+
+def philox4x32_10(counter, key):
+    """Random123's Philox4x32-10 of four counter words (numpy uint64 arrays
+    or ints holding 32-bit values) under two key words."""
+    c = [np.asarray(x, dtype=np.uint64) for x in counter]
+    k0, k1 = (np.uint64(x) for x in key)
+    for r in range(10):
+        p0 = np.uint64(_M0) * c[0]
+        p1 = np.uint64(_M1) * c[2]
+        hi0, lo0 = p0 >> np.uint64(32), p0 & np.uint64(_U32)
+        hi1, lo1 = p1 >> np.uint64(32), p1 & np.uint64(_U32)
+        c = [hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0]
+        k0 = (k0 + np.uint64(_W0)) & np.uint64(_U32)
+        k1 = (k1 + np.uint64(_W1)) & np.uint64(_U32)
+    return c
+
+
+def dropout_scale(n, hq, tq, tk, p, seed, offset=0, compute=np.float32):
+    """Z · 1/(1 - p) of docs/SEMANTICS.md's dropout, [N, Hq, Tq, Tk]: element
+    (b, h, i, j) kept iff word j mod 4 of Philox4x32-10, key (lo, hi of the
+    seed), counter (j / 4, i, lo, hi of offset + b·Hq + h), is at least
+    floor(p · 2^32); 1/(1 - p) computed in the call's compute type."""
+    threshold = math.floor(p * 2.0**32)
+    one = compute(1.0)
+    keep = np.float64(one / (one - compute(p)))
+    res = np.zeros((n, hq, tq, tk))
+    j = np.arange(tk, dtype=np.uint64)
+    i = np.arange(tq, dtype=np.uint64)[:, None]
+    for b in range(n):
+        for h in range(hq):
+            stream = (offset + b * hq + h) % 2**64
+            words = philox4x32_10(
+                (np.broadcast_to(j // np.uint64(4), (tq, tk)), np.broadcast_to(i, (tq, tk)), stream & _U32, stream >> 32),
+                (seed & _U32, seed >> 32),
+            )
+            r = np.choose((j % np.uint64(4)).astype(np.int64), words)
+            res[b, h] = np.where(r >= threshold, keep, 0.0)
+    return res
+
+
 def attention(
     q,
     k,
@@ -24,9 +67,13 @@ def attention(
     window=None,
     alibi=None,
     sinks=None,
+    dropout=None,
     empty_rows_zero=False,
 ):
-    """Attention of [N, Hq, Tq, Dk] q over [N|1, Hkv, Tk, D] k and v.
+    """Attention of [N, Hq, Tq, Dk] q over [N|1, Hkv, Tk, D] k and v
+    (dropout: dropout_scale's array, applied to the weights that multiply v;
+    weights is then the dropped and scaled one, lse and the diagnostics
+    those of the undropped softmax).
     Returns a dict: out, weights, lse, max_weight, entropy, and the logits
     at the three stages (scaled, capped, masked); None for a fully masked
     row under the error policy (key "empty" lists such rows)."""
@@ -93,9 +140,10 @@ def attention(
                 denom = p.sum() + (0.0 if sigma is None else math.exp(sigma - m))
                 w = p / denom
                 lse = m + math.log(denom)
-                res["weights"][b, h, i] = w
+                wd = w if dropout is None else w * dropout[b, h, i]
+                res["weights"][b, h, i] = wd
                 res["lse"][b, h, i] = lse
-                res["out"][b, h, i] = w @ vb[h // group]
+                res["out"][b, h, i] = wd @ vb[h // group]
                 ps = 0.0 if sigma is None else math.exp(sigma - lse)
                 res["max_weight"][b, h, i] = max(w.max(), ps)
                 ent = lse - (w[finite] * row[finite]).sum() - (0.0 if sigma is None else ps * sigma)
@@ -105,12 +153,12 @@ def attention(
     return res
 
 
-def attention_grads(q, k, v, dout, *, bias=None, sinks=None, scale=None, softcap=None, **kw):
+def attention_grads(q, k, v, dout, *, bias=None, sinks=None, scale=None, softcap=None, dropout=None, **kw):
     """dq, dk, dv (summed over the N a broadcast k/v covers, kept [N|1]),
     dbias (full [N, Hq, Tq, Tk]) and dsinks of the loss <dout, out>,
     from the softmax's derivative."""
     q, k, v, dout = (np.asarray(x, dtype=np.float64) for x in (q, k, v, dout))
-    fwd = attention(q, k, v, bias=bias, sinks=sinks, scale=scale, softcap=softcap, **kw)
+    fwd = attention(q, k, v, bias=bias, sinks=sinks, scale=scale, softcap=softcap, dropout=dropout, **kw)
     n, hq, tq, dk = q.shape
     hkv = k.shape[1]
     group = hq // hkv
@@ -125,12 +173,14 @@ def attention_grads(q, k, v, dout, *, bias=None, sinks=None, scale=None, softcap
         vb = b if v.shape[0] > 1 else 0
         for h in range(hq):
             g = h // group
-            p = fwd["weights"][b, h]
+            zc = 1.0 if dropout is None else dropout[b, h]
+            pd = fwd["weights"][b, h]  # the weights that multiplied v
             o = fwd["out"][b, h]
             do = dout[b, h]
-            dvv[vb, g] += p.T @ do
-            dp = do @ v[vb, g].T
+            dvv[vb, g] += pd.T @ do
+            dp = zc * (do @ v[vb, g].T)  # through the dropout, to p
             dsum = (do * o).sum(axis=1, keepdims=True)
+            p = pd if dropout is None else np.exp(fwd["masked"][b, h] - fwd["lse"][b, h][:, None])
             dz = p * (dp - dsum)
             dbias[b, h] = dz
             ds = dz
@@ -190,7 +240,7 @@ def alibi_slopes(heads, max_bias=8.0):
     return np.array(s)
 
 
-def mha(x_q, w, heads, *, x_kv=None, heads_kv=None, positions=None, causal=CAUSAL_NONE, kv_lens=None):
+def mha(x_q, w, heads, *, x_kv=None, heads_kv=None, positions=None, causal=CAUSAL_NONE, kv_lens=None, dropout=None):
     """The layer on [N, T, d_model] inputs; w holds w_q .. w_o and b_q .. b_o
     (biases may be absent). positions: None, "sinusoidal", "rope"."""
     x_q = np.asarray(x_q, dtype=np.float64)
@@ -217,7 +267,7 @@ def mha(x_q, w, heads, *, x_kv=None, heads_kv=None, positions=None, causal=CAUSA
     v = heads_of(proj(x_kv, "v"), hkv)
     if positions == "rope":
         q, k = rope(q), rope(k)
-    fwd = attention(q, k, v, causal=causal, kv_lens=kv_lens)
+    fwd = attention(q, k, v, causal=causal, kv_lens=kv_lens, dropout=dropout)
     o = fwd["out"].transpose(0, 2, 1, 3).reshape(n, tq, -1)
     y = o @ np.asarray(w["w_o"], dtype=np.float64)
     if w.get("b_o") is not None:

@@ -97,6 +97,47 @@ def test_layer_backward_some_gradients_without_biases(rng):
     np.testing.assert_allclose(g.db_o, dy.sum(axis=(0, 1)), atol=1e-12)
 
 
+def _to_half(x, storage):
+    """float32 values as the storage type's array, rounded to nearest even."""
+    x = np.asarray(x, dtype=np.float32)
+    return x.astype(np.float16) if storage == "float16" else ref.to_bfloat16_bits(x)
+
+
+def _widened(h, storage):
+    return h.astype(np.float32) if storage == "float16" else ref.from_bfloat16_bits(h)
+
+
+@pytest.mark.parametrize("storage", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cross", [False, True])
+def test_layer_half_is_the_float32_layer_rounded(rng, storage, cross):
+    # The half layer is the float32 layer on the widened inputs, its y and
+    # gradients rounded once; lse is float32, the float32 layer's bits.
+    w32 = {k: v.astype(np.float32) for k, v in _layer_params(rng, heads_kv=1).items()}
+    wh = {k: _to_half(v, storage) for k, v in w32.items()}
+    x_q = _to_half(rng.standard_normal((2, 5, 8)), storage)
+    x_kv = _to_half(rng.standard_normal((2, 6, 8)), storage) if cross else None
+    dy = _to_half(rng.standard_normal((2, 5, 8)), storage)
+    wide = {k: _widened(v, storage) for k, v in wh.items()}
+    kv32 = None if x_kv is None else _widened(x_kv, storage)
+    kw = dict(heads=2, heads_kv=1, positions="rope", causal=not cross)
+    r32 = sdpa.mha_forward(_widened(x_q, storage), x_kv=kv32, lse=True, **kw, **wide)
+    rh = sdpa.mha_forward(x_q, x_kv=x_kv, lse=True, storage=storage, **kw, **wh)
+    assert rh.y.dtype == x_q.dtype and rh.lse.dtype == np.float32
+    assert np.array_equal(rh.y.view(np.uint16), _to_half(r32.y, storage).view(np.uint16))
+    assert np.array_equal(rh.lse, r32.lse)
+    g32 = sdpa.mha_backward(_widened(dy, storage), _widened(x_q, storage), x_kv=kv32, **kw, **wide)
+    gh = sdpa.mha_backward(dy, x_q, x_kv=x_kv, storage=storage, **kw, **wh)
+    gf = sdpa.mha_backward(dy, x_q, x_kv=x_kv, storage=storage, grad_dtype="float32", **kw, **wh)
+    assert gh._fields == g32._fields
+    for name in g32._fields:
+        want = getattr(g32, name)
+        assert np.array_equal(getattr(gh, name).view(np.uint16), _to_half(want, storage).view(np.uint16)), name
+        assert getattr(gf, name).dtype == np.float32 and np.array_equal(getattr(gf, name), want), name
+    with pytest.raises(sdpa.Error) as e:
+        sdpa.mha_backward(dy, x_q, x_kv=x_kv, storage=storage, grad_dtype="float64", **kw, **wh)
+    assert e.value.name == "SDPA_ERR_BAD_DTYPE"
+
+
 def test_sinusoidal_table():
     t = sdpa.sinusoidal_table(6, 7, offset=3)
     np.testing.assert_allclose(t, ref.sinusoidal(6, 7, offset=3), atol=1e-14)

@@ -22,10 +22,16 @@
  * Scratch is one buffer (ctx->layer) that only grows: a repeated call of
  * the same shape allocates nothing, and neither does sdpa_forward then.
  *
+ * A half dtype (1.2) runs the same five steps in float32 on copies of the
+ * inputs widened into that buffer, into a float32 y there, which is then
+ * checked (a finite value that would round to infinity is refused, y
+ * untouched) and rounded once into the caller's y (layer_half.h).
+ *
  * The pipeline: validate (→ layer_fwd_problem) → plan (→ the scratch
  * layout) → reserve → run (the five steps).
  */
 #include "layer/layer_common.h"
+#include "layer/layer_half.h"
 #include "forward/forward.h"
 #include "core/struct_import.h"
 
@@ -53,6 +59,8 @@ typedef struct layer_fwd_problem {
 typedef struct layer_fwd_plan {
     layer_pos_offsets pos;
     size_t off_q, off_k, off_v, off_o;
+    layer_half_offsets half; /* a half layer's float32 inputs */
+    size_t off_y;            /* and its float32 y */
     size_t bytes;
 } layer_fwd_plan;
 
@@ -91,7 +99,8 @@ static int check_overlaps(sdpa_ctx *ctx, const layer_fwd_problem *lf)
                                          "b_q", "b_k", "b_v", "b_o"};
     layer_range in[8];
     int n_in = 0;
-    int status = sdpa_layer_param_ranges(ctx, WHO, p, params, names, in, &n_in);
+    int status = sdpa_layer_param_ranges(ctx, WHO, p, params, names, p->ssize,
+                                         in, &n_in);
     if (status != SDPA_OK)
         return status;
     const size_t es = p->esize;
@@ -122,7 +131,7 @@ static int check_y(sdpa_ctx *ctx, const sdpa_mha_args *a, layer_fwd_problem *lf)
     const layer_problem *p = &lf->p;
     int status =
         sdpa_layer_check_rows(ctx, WHO, false, "y", &a->y, p->n, -1, p->e, true,
-                              p->esize, &lf->y, &lf->y_bytes);
+                              p->ssize, &lf->y, &lf->y_bytes);
     if (status == SDPA_OK && a->y.shape[2] != p->tq)
         status = sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
                            WHO "y.shape[2] is %lld, but x_q.shape[2] (Tq) is "
@@ -160,7 +169,7 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_args *caller,
     if (status == SDPA_OK)
         status = sdpa_layer_check_positions(ctx, WHO, false, "", &a, p);
     if (status == SDPA_OK)
-        status = sdpa_layer_import_attn(ctx, WHO, "attn", a.attn, p->dtype,
+        status = sdpa_layer_import_attn(ctx, WHO, "attn", a.attn, p,
                                         " (leave attn->dtype 0 or the same)",
                                         &p->attn);
     if (status != SDPA_OK)
@@ -184,6 +193,11 @@ static int plan(sdpa_ctx *ctx, const layer_problem *p, layer_fwd_plan *lp)
         {&lp->off_o, rows_q, (size_t)(p->hq * p->dv)}};
     sdpa_layer_place(regions, sizeof regions / sizeof regions[0], p->esize,
                      &total, &ok);
+    sdpa_layer_half_place(p, &lp->half, &total, &ok);
+    lp->off_y = SIZE_MAX;
+    if (sdpa_layer_is_half(p))
+        lp->off_y =
+            sdpa_layer_take(&total, rows_q * (size_t)p->e, sizeof(float), &ok);
     if (!ok || total > PTRDIFF_MAX)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
                          WHO "the layer's scratch (projections of %lld and "
@@ -207,8 +221,9 @@ static void rotate(const layer_problem *p, const layer_fwd_plan *lp,
     (void)sdpa_rope_apply(p->dtype, k_view, pk, style, p->base, 0);
 }
 
-static int run(sdpa_ctx *ctx, const layer_fwd_problem *lf,
-               const layer_fwd_plan *lp, char *scratch)
+/* The five steps in the compute type, from p's inputs into lf->y. */
+static int run_steps(sdpa_ctx *ctx, const layer_fwd_problem *lf,
+                     const layer_fwd_plan *lp, char *scratch)
 {
     const layer_problem *p = &lf->p;
     const bool f32 = p->dtype == SDPA_FLOAT32;
@@ -256,6 +271,36 @@ static int run(sdpa_ctx *ctx, const layer_fwd_problem *lf,
         gemm_rows_f32(&o, wo, p->w_o, p->e, p->b_o, &lf->y);
     else
         gemm_rows_f64(&o, wo, p->w_o, p->e, p->b_o, &lf->y);
+    return SDPA_OK;
+}
+
+/* A half layer: the five steps on float32 copies of the inputs into a
+ * float32 y in the scratch, then y rounded once into the caller's y
+ * (refused, y untouched, when a finite value would round to infinity). */
+static int run(sdpa_ctx *ctx, const layer_fwd_problem *lf,
+               const layer_fwd_plan *lp, char *scratch)
+{
+    const layer_problem *p = &lf->p;
+    if (!sdpa_layer_is_half(p))
+        return run_steps(ctx, lf, lp, scratch);
+    const sdpa_row_kernels_f32 *rk = sdpa_row_kernels_select_f32(ctx->kernel);
+    layer_fwd_problem wide = *lf;
+    sdpa_layer_half_widen(rk, &wide.p, &lp->half, scratch);
+    wide.y = sdpa_layer_scratch_rows(scratch, lp->off_y, p->n, p->tq, p->e);
+    int status = run_steps(ctx, &wide, lp, scratch);
+    if (status != SDPA_OK)
+        return status;
+    const float *y = (const float *)(const void *)wide.y.data;
+    int64_t at = sdpa_layer_half_overflow(p->storage, y, p->n * p->tq * p->e);
+    if (at >= 0)
+        return sdpa_fail(ctx, SDPA_ERR_NONFINITE,
+                         WHO "y[%lld, 0, %lld, %lld] = %g rounds to infinity "
+                             "in %s (y left untouched)",
+                         (long long)(at / (p->tq * p->e)),
+                         (long long)(at / p->e % p->tq), (long long)(at % p->e),
+                         (double)y[at],
+                         p->storage == SDPA_FLOAT16 ? "float16" : "bfloat16");
+    sdpa_layer_narrow_rows(rk, p->storage, y, p->e, &lf->y);
     return SDPA_OK;
 }
 

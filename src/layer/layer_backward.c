@@ -36,12 +36,18 @@
  * sdpa_backward keep theirs in the workers' scratch. A repeated call of
  * the same shape allocates nothing.
  *
+ * A half dtype (1.2) runs the float32 pass on copies of the inputs and dy
+ * widened into ctx->layer, its gradients into the caller's float32 outputs
+ * (grad_dtype SDPA_FLOAT32) or into float32 scratch, then rounded once
+ * into the caller's half outputs (layer_half.h).
+ *
  * The validation of the forward's arguments follows layer.c's rules and
  * messages, through the helpers both share (layer_common.h). The
  * pipeline: validate (→ layer_bwd_problem) → plan (→ the scratch layout)
  * → reserve → run (layer_backward_impl.h).
  */
 #include "layer/layer_common.h"
+#include "layer/layer_half.h"
 #include "backward/backward.h"
 #include "forward/forward.h"
 #include "core/struct_import.h"
@@ -67,6 +73,8 @@ _Static_assert(sizeof(sdpa_mha_backward_args) >= SDPA_MHA_BACKWARD_ARGS_SIZE_V1,
 /* The call, validated and resolved. */
 typedef struct layer_bwd_problem {
     layer_problem p; /* the forward's arguments */
+    int grad_type;   /* the gradients' type: p.storage or SDPA_FLOAT32 */
+    size_t gsize;    /* its bytes */
     layer_rows dy, dx_q, dx_kv;
     bool has_dx_q, has_dx_kv;
     void *dw_q, *dw_k, *dw_v, *dw_o, *db_q, *db_k, *db_v, *db_o;
@@ -77,6 +85,10 @@ typedef struct layer_bwd_problem {
 typedef struct layer_bwd_plan {
     layer_pos_offsets pos;
     size_t off_q, off_k, off_v, off_o, off_lse, off_do, off_dq, off_dk, off_dv;
+    /* a half layer: the float32 copies of the inputs and dy, and (half
+     * gradients) the float32 gradients before they are rounded */
+    layer_half_offsets half;
+    size_t off_dy, off_dx_q, off_dx_kv, off_grads[8];
     size_t bytes;
 } layer_bwd_plan;
 
@@ -143,8 +155,8 @@ static layer_bwd_work layer_bwd_work_layout(const layer_problem *p,
 static int check_attn(sdpa_ctx *ctx, const sdpa_mha_args *a, layer_problem *p)
 {
     sdpa_forward_args *f = &p->attn;
-    int status = sdpa_layer_import_attn(ctx, WHO, "forward->attn", a->attn,
-                                        p->dtype, "", f);
+    int status =
+        sdpa_layer_import_attn(ctx, WHO, "forward->attn", a->attn, p, "", f);
     if (status != SDPA_OK)
         return status;
     /* the forward's outputs: not written by the backward */
@@ -175,11 +187,11 @@ static int check_overlaps(sdpa_ctx *ctx, const layer_bwd_problem *lb,
             in[n_in++] = rows[i];
         else
             out[n_out++] = rows[i];
-    int status =
-        sdpa_layer_param_ranges(ctx, WHO, p, params, param_names, in, &n_in);
+    int status = sdpa_layer_param_ranges(ctx, WHO, p, params, param_names,
+                                         p->ssize, in, &n_in);
     if (status == SDPA_OK)
-        status = sdpa_layer_param_ranges(ctx, WHO, p, grads, grad_names, out,
-                                         &n_out);
+        status = sdpa_layer_param_ranges(ctx, WHO, p, grads, grad_names,
+                                         lb->gsize, out, &n_out);
     if (status != SDPA_OK)
         return status;
     for (int o = 0; o < n_out; o++) {
@@ -206,7 +218,7 @@ static int check_gradient_rows(sdpa_ctx *ctx, const sdpa_mha_backward_args *b,
     const layer_problem *p = &lb->p;
     int status =
         sdpa_layer_check_rows(ctx, WHO, true, "dy", &b->dy, p->n, p->tq, p->e,
-                              false, p->esize, &lb->dy, &rows[(*count)++]);
+                              false, p->ssize, &lb->dy, &rows[(*count)++]);
     if (status != SDPA_OK)
         return status;
     *n_in = *count;
@@ -218,13 +230,31 @@ static int check_gradient_rows(sdpa_ctx *ctx, const sdpa_mha_backward_args *b,
                              "absent): dx_q receives the whole gradient");
     if (lb->has_dx_q)
         status = sdpa_layer_check_rows(ctx, WHO, true, "dx_q", &b->dx_q, p->n,
-                                       p->tq, p->e, true, p->esize, &lb->dx_q,
+                                       p->tq, p->e, true, lb->gsize, &lb->dx_q,
                                        &rows[(*count)++]);
     if (status == SDPA_OK && lb->has_dx_kv)
         status = sdpa_layer_check_rows(ctx, WHO, true, "dx_kv", &b->dx_kv, p->n,
-                                       p->tk, p->e, true, p->esize, &lb->dx_kv,
+                                       p->tk, p->e, true, lb->gsize, &lb->dx_kv,
                                        &rows[(*count)++]);
     return status;
+}
+
+/* grad_dtype: 0 (the gradients in the layer's dtype) or, in a layer
+ * computed in float32, SDPA_FLOAT32. */
+static int check_grad_dtype(sdpa_ctx *ctx, const sdpa_mha_backward_args *b,
+                            layer_bwd_problem *lb)
+{
+    const layer_problem *p = &lb->p;
+    if (b->grad_dtype != 0 &&
+        (b->grad_dtype != SDPA_FLOAT32 || p->dtype != SDPA_FLOAT32))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         WHO "grad_dtype %d is neither 0 (the gradients in "
+                             "forward->dtype %d) nor SDPA_FLOAT32 with a "
+                             "layer computed in float32",
+                         b->grad_dtype, p->storage);
+    lb->grad_type = b->grad_dtype ? b->grad_dtype : p->storage;
+    lb->gsize = sdpa_dtype_size(lb->grad_type);
+    return SDPA_OK;
 }
 
 static int validate(sdpa_ctx *ctx, const sdpa_mha_backward_args *caller,
@@ -245,6 +275,8 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_backward_args *caller,
     memset(lb, 0, sizeof *lb);
     layer_problem *p = &lb->p;
     status = sdpa_layer_check_dtype(ctx, WHO, "forward->", &a, p);
+    if (status == SDPA_OK)
+        status = check_grad_dtype(ctx, &b, lb);
     if (status != SDPA_OK)
         return status;
     const layer_required required[] = {
@@ -274,8 +306,41 @@ static int validate(sdpa_ctx *ctx, const sdpa_mha_backward_args *caller,
 
 /* ---- plan -------------------------------------------------------------- */
 
-static int plan(sdpa_ctx *ctx, const layer_problem *p, layer_bwd_plan *lp)
+/* A half layer's regions: the float32 copies of the inputs and dy, and
+ * with half gradients their float32 values. */
+static void place_half(const layer_bwd_problem *lb, layer_bwd_plan *lp,
+                       size_t *total, bool *ok)
 {
+    const layer_problem *p = &lb->p;
+    const size_t e = (size_t)p->e, fs = sizeof(float);
+    const size_t rows_q = (size_t)(p->n * p->tq);
+    const size_t rows_k = (size_t)(p->n * p->tk);
+    sdpa_layer_half_place(p, &lp->half, total, ok);
+    lp->off_dy = lp->off_dx_q = lp->off_dx_kv = SIZE_MAX;
+    for (int i = 0; i < 8; i++)
+        lp->off_grads[i] = SIZE_MAX;
+    if (!sdpa_layer_is_half(p))
+        return;
+    lp->off_dy = sdpa_layer_take(total, rows_q * e, fs, ok);
+    if (lb->grad_type == SDPA_FLOAT32)
+        return; /* the float32 gradients go to the caller's outputs */
+    if (lb->has_dx_q)
+        lp->off_dx_q = sdpa_layer_take(total, rows_q * e, fs, ok);
+    if (lb->has_dx_kv)
+        lp->off_dx_kv = sdpa_layer_take(total, rows_k * e, fs, ok);
+    const void *const grads[8] = {lb->dw_q, lb->dw_k, lb->dw_v, lb->dw_o,
+                                  lb->db_q, lb->db_k, lb->db_v, lb->db_o};
+    size_t elems[8], times[8];
+    sdpa_layer_param_shapes(p, elems, times);
+    for (int i = 0; i < 8; i++)
+        if (grads[i])
+            lp->off_grads[i] =
+                sdpa_layer_take(total, elems[i] * times[i], fs, ok);
+}
+
+static int plan(sdpa_ctx *ctx, const layer_bwd_problem *lb, layer_bwd_plan *lp)
+{
+    const layer_problem *p = &lb->p;
     const size_t rows_q = (size_t)(p->n * p->tq);
     const size_t rows_k = (size_t)(p->n * p->tk);
     size_t total = 0;
@@ -294,6 +359,7 @@ static int plan(sdpa_ctx *ctx, const layer_problem *p, layer_bwd_plan *lp)
                                     {&lp->off_dv, rows_k, wv}};
     sdpa_layer_place(regions, sizeof regions / sizeof regions[0], p->esize,
                      &total, &ok);
+    place_half(lb, lp, &total, &ok);
     if (!ok || total > PTRDIFF_MAX)
         return sdpa_fail(ctx, SDPA_ERR_OVERFLOW,
                          WHO "the scratch (projections of %lld and %lld "
@@ -305,13 +371,63 @@ static int plan(sdpa_ctx *ctx, const layer_problem *p, layer_bwd_plan *lp)
 
 /* ---- run: layer_backward_f32 / _f64 ------------------------------------ */
 
+/* A half layer: the float32 pass on float32 copies of the inputs and dy,
+ * its gradients into the caller's outputs (grad_dtype SDPA_FLOAT32) or
+ * into the scratch, then rounded once into them. */
+static int layer_backward_half(sdpa_ctx *ctx, const layer_bwd_problem *lb,
+                               const layer_bwd_plan *lp, char *s)
+{
+    const layer_problem *p = &lb->p;
+    const sdpa_row_kernels_f32 *rk = sdpa_row_kernels_select_f32(ctx->kernel);
+    layer_bwd_problem wide = *lb;
+    sdpa_layer_half_widen(rk, &wide.p, &lp->half, s);
+    float *dy = (float *)(void *)(s + lp->off_dy);
+    sdpa_layer_widen_rows(rk, p->storage, &lb->dy, p->e, dy);
+    wide.dy = sdpa_layer_scratch_rows(s, lp->off_dy, p->n, p->tq, p->e);
+    const bool rounded = lb->grad_type != SDPA_FLOAT32;
+    void **grads[8] = {&wide.dw_q, &wide.dw_k, &wide.dw_v, &wide.dw_o,
+                       &wide.db_q, &wide.db_k, &wide.db_v, &wide.db_o};
+    if (rounded) {
+        if (lb->has_dx_q)
+            wide.dx_q =
+                sdpa_layer_scratch_rows(s, lp->off_dx_q, p->n, p->tq, p->e);
+        if (lb->has_dx_kv)
+            wide.dx_kv =
+                sdpa_layer_scratch_rows(s, lp->off_dx_kv, p->n, p->tk, p->e);
+        for (int i = 0; i < 8; i++)
+            if (*grads[i])
+                *grads[i] = s + lp->off_grads[i];
+    }
+    int status = layer_backward_f32(ctx, &wide, lp, s);
+    if (status != SDPA_OK || !rounded)
+        return status;
+    const int type = lb->grad_type;
+    if (lb->has_dx_q)
+        sdpa_layer_narrow_rows(rk, type,
+                               (const float *)(const void *)wide.dx_q.data,
+                               p->e, &lb->dx_q);
+    if (lb->has_dx_kv)
+        sdpa_layer_narrow_rows(rk, type,
+                               (const float *)(const void *)wide.dx_kv.data,
+                               p->e, &lb->dx_kv);
+    void *const outs[8] = {lb->dw_q, lb->dw_k, lb->dw_v, lb->dw_o,
+                           lb->db_q, lb->db_k, lb->db_v, lb->db_o};
+    size_t elems[8], times[8];
+    sdpa_layer_param_shapes(p, elems, times);
+    for (int i = 0; i < 8; i++)
+        if (outs[i])
+            rk->narrow((const float *)*grads[i], type, outs[i],
+                       (int64_t)(elems[i] * times[i]));
+    return SDPA_OK;
+}
+
 static int mha_backward_call(sdpa_ctx *ctx, const sdpa_mha_backward_args *args)
 {
     layer_bwd_problem lb;
     layer_bwd_plan lp;
     int status = validate(ctx, args, &lb);
     if (status == SDPA_OK)
-        status = plan(ctx, &lb.p, &lp);
+        status = plan(ctx, &lb, &lp);
     if (status != SDPA_OK)
         return status;
     status = sdpa_layer_reserve(ctx, "sdpa_mha_backward", lp.bytes);
@@ -321,6 +437,8 @@ static int mha_backward_call(sdpa_ctx *ctx, const sdpa_mha_backward_args *args)
                              "projections and their gradients",
                          lp.bytes);
     char *scratch = ctx->layer.ptr;
+    if (sdpa_layer_is_half(&lb.p))
+        return layer_backward_half(ctx, &lb, &lp, scratch);
     if (lb.p.dtype == SDPA_FLOAT32)
         return layer_backward_f32(ctx, &lb, &lp, scratch);
     return layer_backward_f64(ctx, &lb, &lp, scratch);

@@ -106,6 +106,7 @@ static int NAME(attention_gradients)(sdpa_ctx *ctx, const layer_bwd_problem *lb,
     g.v = f.v;
     g.mask = f.mask;
     g.bias = f.bias;
+    g.bias_dtype = f.bias_dtype;
     g.out = f.out;
     g.lse = f.lse;
     g.dout = sdpa_tensor_bthd(w->d_o.data, n, p->hq, p->tq, p->dv);

@@ -4,6 +4,7 @@
  */
 #include "layer/layer_common.h"
 #include "core/tensor_check.h"
+#include "kernels/half.h"
 
 #include <limits.h>
 #include <float.h>
@@ -224,8 +225,9 @@ static int check_pos_offset(sdpa_ctx *ctx, const char *who, int64_t offset,
 }
 
 int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
-                           const sdpa_forward_args *attn, int dtype,
-                           const char *dtype_hint, sdpa_forward_args *f)
+                           const sdpa_forward_args *attn,
+                           const layer_problem *p, const char *dtype_hint,
+                           sdpa_forward_args *f)
 {
     if (attn) {
         char what[64];
@@ -252,15 +254,24 @@ int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
                              "and out itself (and has no logits output): "
                              "leave them absent",
                              who, field, made[i].name);
-    /* the layer's q, k, v and bias are all of its dtype, in its own
-     * buffers: no other storage type, no pages */
-    if ((f->kv_dtype != 0 && f->kv_dtype != dtype) ||
-        (f->bias_dtype != 0 && f->bias_dtype != dtype))
+    /* the layer's q, k and v are its own buffers of the compute type, made
+     * from the storage type's values: no other storage type, no pages;
+     * the bias is the caller's, of the layer's storage type or, in a half
+     * layer, float32 (the compute type) */
+    const int storage = p->storage;
+    const bool half = storage != p->dtype;
+    if (f->kv_dtype != 0 && f->kv_dtype != storage)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         "%s%s->kv_dtype is %d and bias_dtype %d, but the "
-                         "layer computes in dtype %d throughout%s",
-                         who, field, f->kv_dtype, f->bias_dtype, dtype,
-                         dtype_hint);
+                         "%s%s->kv_dtype is %d, but the layer makes k and v "
+                         "itself from inputs of dtype %d%s",
+                         who, field, f->kv_dtype, storage, dtype_hint);
+    if (f->bias_dtype != 0 && f->bias_dtype != storage &&
+        !(half && f->bias_dtype == SDPA_FLOAT32))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         "%s%s->bias_dtype is %d, but the layer's bias is of "
+                         "dtype %d%s%s",
+                         who, field, f->bias_dtype, storage,
+                         half ? " or SDPA_FLOAT32" : "", dtype_hint);
     if (f->block_table || f->pages_per_seq || f->block_table_stride)
         return sdpa_fail(ctx, SDPA_ERR_BAD_PAGE,
                          "%s%s->block_table is set, but the layer makes k "
@@ -271,12 +282,15 @@ int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
                          "%s%s->seqs, q_offsets or kv_offsets is set, but "
                          "the layer takes rectangular batches: leave them 0",
                          who, field);
-    if (f->dtype != 0 && f->dtype != dtype)
+    if (f->dtype != 0 && f->dtype != storage)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
                          "%s%s->dtype is %d, but dtype is %d%s", who, field,
-                         f->dtype, dtype, dtype_hint);
+                         f->dtype, storage, dtype_hint);
     f->struct_size = sizeof *f;
-    f->dtype = dtype;
+    f->dtype = p->dtype;
+    f->kv_dtype = 0;
+    if (half) /* the compute type is no longer the bias's default */
+        f->bias_dtype = f->bias_dtype ? f->bias_dtype : storage;
     return SDPA_OK;
 }
 
@@ -362,13 +376,16 @@ int sdpa_layer_check_required(sdpa_ctx *ctx, const char *who,
 int sdpa_layer_check_dtype(sdpa_ctx *ctx, const char *who, const char *field,
                            const sdpa_mha_args *a, layer_problem *p)
 {
-    if (a->dtype != SDPA_FLOAT32 && a->dtype != SDPA_FLOAT64)
+    if (a->dtype != SDPA_FLOAT32 && a->dtype != SDPA_FLOAT64 &&
+        a->dtype != SDPA_FLOAT16 && a->dtype != SDPA_BFLOAT16)
         return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
-                         "%s%sdtype %d is neither SDPA_FLOAT32 nor "
-                         "SDPA_FLOAT64",
+                         "%s%sdtype %d is not SDPA_FLOAT32, SDPA_FLOAT64, "
+                         "SDPA_FLOAT16 or SDPA_BFLOAT16",
                          who, field, a->dtype);
-    p->dtype = a->dtype;
-    p->esize = a->dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
+    p->storage = a->dtype;
+    p->ssize = sdpa_dtype_size(a->dtype);
+    p->dtype = a->dtype == SDPA_FLOAT64 ? SDPA_FLOAT64 : SDPA_FLOAT32;
+    p->esize = sdpa_dtype_size(p->dtype);
     return SDPA_OK;
 }
 
@@ -379,7 +396,7 @@ int sdpa_layer_check_inputs(sdpa_ctx *ctx, const char *who, bool backward,
     const int64_t n = a->x_q.shape[0], e = a->x_q.shape[3];
     int status =
         sdpa_layer_check_rows(ctx, who, backward, "x_q", &a->x_q, n, -1, e,
-                              false, p->esize, &p->x_q, &r[(*count)++]);
+                              false, p->ssize, &p->x_q, &r[(*count)++]);
     if (status == SDPA_OK)
         status = sdpa_layer_check_heads(ctx, who, field, a, n, e, &p->hq,
                                         &p->hkv, &p->dk, &p->dv);
@@ -394,7 +411,7 @@ int sdpa_layer_check_inputs(sdpa_ctx *ctx, const char *who, bool backward,
     } else {
         status =
             sdpa_layer_check_rows(ctx, who, backward, "x_kv", &a->x_kv, n, -1,
-                                  e, false, p->esize, &p->x_kv, &r[(*count)++]);
+                                  e, false, p->ssize, &p->x_kv, &r[(*count)++]);
         if (status != SDPA_OK)
             return status;
     }
@@ -470,22 +487,33 @@ int sdpa_layer_check_positions(sdpa_ctx *ctx, const char *who, bool backward,
     return SDPA_OK;
 }
 
-int sdpa_layer_param_ranges(sdpa_ctx *ctx, const char *who,
-                            const layer_problem *p, const void *const ptrs[8],
-                            const char *const names[8], layer_range *r,
-                            int *count)
+void sdpa_layer_param_shapes(const layer_problem *p, size_t elems[8],
+                             size_t times[8])
 {
     const size_t e = (size_t)p->e;
     const size_t wq = (size_t)(p->hq * p->dk), wk = (size_t)(p->hkv * p->dk);
     const size_t wv = (size_t)(p->hkv * p->dv), wo = (size_t)(p->hq * p->dv);
     /* elements: the first factor times the second */
-    const size_t elems[8] = {e, e, e, wo, wq, wk, wv, e};
-    const size_t times[8] = {wq, wk, wv, e, 1, 1, 1, 1};
+    const size_t first[8] = {e, e, e, wo, wq, wk, wv, e};
+    const size_t second[8] = {wq, wk, wv, e, 1, 1, 1, 1};
+    for (int i = 0; i < 8; i++) {
+        elems[i] = first[i];
+        times[i] = second[i];
+    }
+}
+
+int sdpa_layer_param_ranges(sdpa_ctx *ctx, const char *who,
+                            const layer_problem *p, const void *const ptrs[8],
+                            const char *const names[8], size_t esize,
+                            layer_range *r, int *count)
+{
+    size_t elems[8], times[8];
+    sdpa_layer_param_shapes(p, elems, times);
     for (int i = 0; i < 8; i++) {
         if (!ptrs[i])
             continue;
         int status = param_range(ctx, who, names[i], ptrs[i], elems[i],
-                                 times[i], p->esize, &r[(*count)++]);
+                                 times[i], esize, &r[(*count)++]);
         if (status != SDPA_OK)
             return status;
     }

@@ -31,8 +31,13 @@ typedef struct layer_range {
 
 /* What both passes validate and resolve of sdpa_mha_args (the forward's
  * arguments): the dtype, the positional encoding, the sizes, the inputs
- * and the parameters, and the attention's options. */
+ * and the parameters, and the attention's options. storage is the
+ * caller's dtype, the type of x_q, x_kv, y, the weights and the biases
+ * (ssize bytes an element); dtype the type the layer computes in (esize
+ * bytes), float32 for a half storage type (layer_half.h), else storage. */
 typedef struct layer_problem {
+    int storage;
+    size_t ssize;
     int dtype;
     size_t esize;
     int positions;
@@ -98,7 +103,9 @@ typedef struct layer_required {
 int sdpa_layer_check_required(sdpa_ctx *ctx, const char *who,
                               const layer_required *required, size_t count);
 
-/* dtype (`field` prefixes its name: "" or "forward->") into *p. */
+/* dtype (`field` prefixes its name: "" or "forward->"): one of the four
+ * SDPA_FLOAT* types, into p->storage, and the compute type into
+ * p->dtype. */
 int sdpa_layer_check_dtype(sdpa_ctx *ctx, const char *who, const char *field,
                            const sdpa_mha_args *a, layer_problem *p);
 
@@ -115,14 +122,19 @@ int sdpa_layer_check_positions(sdpa_ctx *ctx, const char *who, bool backward,
                                const char *field, const sdpa_mha_args *a,
                                layer_problem *p);
 
-/* The bytes of the weights and biases (w_q, w_k, w_v, w_o, b_q, b_k, b_v,
- * b_o in that order: ptrs and names) that are present, for the widths of
- * *p, into r[*count]; SDPA_ERR_OVERFLOW when one passes the address
- * space. */
+/* The element counts of the weights and biases (w_q, w_k, w_v, w_o, b_q,
+ * b_k, b_v, b_o in that order) for the widths of *p: elems[i] · times[i]
+ * (validated by sdpa_layer_param_ranges not to overflow). */
+void sdpa_layer_param_shapes(const layer_problem *p, size_t elems[8],
+                             size_t times[8]);
+
+/* The bytes of the weights and biases (in the order above: ptrs and names)
+ * that are present, in elements of esize bytes, for the widths of *p, into
+ * r[*count]; SDPA_ERR_OVERFLOW when one passes the address space. */
 int sdpa_layer_param_ranges(sdpa_ctx *ctx, const char *who,
                             const layer_problem *p, const void *const ptrs[8],
-                            const char *const names[8], layer_range *r,
-                            int *count);
+                            const char *const names[8], size_t esize,
+                            layer_range *r, int *count);
 
 /* Scratch offsets of the positional encoding's regions (SIZE_MAX: not
  * used): RoPE's positions written out (pq, pk), their negations for the
@@ -164,13 +176,18 @@ int sdpa_layer_check_heads(sdpa_ctx *ctx, const char *who, const char *field,
 
 /* Copies the attention options `attn` (NULL: all zero) into *f as this
  * library knows them, refuses the tensors the layer makes itself (q, k, v,
- * out) and logits, and an attn->dtype other than 0 and the layer's dtype;
- * then sets f->struct_size and f->dtype. `field` names attn in the
+ * out) and logits, an attn->dtype or kv_dtype other than 0 and the layer's
+ * storage type, and a bias_dtype other than 0, that type and (a half
+ * layer) SDPA_FLOAT32; then sets f->struct_size, f->dtype (p->dtype, the
+ * compute type of the layer's own q, k, v and out), f->kv_dtype (0) and,
+ * in a half layer, f->bias_dtype (the bias's storage type). `field` names
+ * attn in the
  * messages ("attn" or "forward->attn"); `dtype_hint` ends the dtype
  * message ("" for none). */
 int sdpa_layer_import_attn(sdpa_ctx *ctx, const char *who, const char *field,
-                           const sdpa_forward_args *attn, int dtype,
-                           const char *dtype_hint, sdpa_forward_args *f);
+                           const sdpa_forward_args *attn,
+                           const layer_problem *p, const char *dtype_hint,
+                           sdpa_forward_args *f);
 
 /* Prefixes the message of a failed attention call (status) with who and
  * returns status. */

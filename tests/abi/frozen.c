@@ -173,6 +173,9 @@ OFFSET(sdpa_mha_args, struct_size, 0);
 MIN_SIZE(sdpa_mha_args, 368);
 OFFSET(sdpa_mha_backward_args, struct_size, 0);
 MIN_SIZE(sdpa_mha_backward_args, 296);
+/* appended in 1.2: half-precision storage */
+OFFSET(sdpa_mha_backward_args, grad_dtype, 296);
+MIN_SIZE(sdpa_mha_backward_args, 304);
 #endif
 
 int main(void)
