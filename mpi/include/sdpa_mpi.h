@@ -67,7 +67,9 @@
  * Refused with SDPA_ERR_UNSUPPORTED (and a message saying which field):
  * the weights, logits, max_weight and entropy outputs (they span all keys,
  * which no rank holds), sliding windows and ALiBi (their distances would
- * need the global positions; pass them as a bias instead), sinks.
+ * need the global positions; pass them as a bias instead), sinks, and
+ * (1.1) dropout and ragged batches (seqs, q_offsets, kv_offsets), whose
+ * mask and offsets follow positions within a call.
  *
  * Errors. The calls are collective: every rank of comm calls them, with
  * the same args except for the rank's own tensors. Arguments are checked
@@ -107,6 +109,63 @@
  * sdpa_mpi_decode holds its partial result (N·Hq·Tq·(Dv + 1) values) and
  * the P gathered ones.
  *
+ * Backward (1.1). sdpa_mpi_backward is the prefill's gradient, on the same
+ * shards and layouts: each rank passes an sdpa_backward_args
+ * (sdpa_mpi_backward_args.grad) holding its part,
+ *
+ *            q, out, dout, lse, dq   [N, Hq, T_r, .]  this rank's rows in the
+ *                        layout's order, lse required (the prefill's)
+ *            k, v, dk, dv [N|1, Hkv, T_r, D]  the K/V rows of the same
+ *                        positions (dk, dv broadcast over N as k and v are)
+ *            mask, bias, kv_lens  as in prefill (columns global)
+ *            dbias       optional, the bias's shape [N|1, Hq|1, T_r|1, T|1]
+ *                        with extent 1 where the bias broadcasts (extent 1
+ *                        or stride 0), as sdpa_backward's: this rank's rows
+ *
+ * and gets its rows of dq (and dbias) and its positions' dk and dv. For each
+ * ring step the rank's query rows meet the visiting K/V shard in tiles of at
+ * most 2048 query rows and 2048 keys, each an sdpa_backward of those sub-views
+ * given the global lse (and D_i = <dout_i, out_i> of its whole rows): its
+ * exact share of dq and of the visiting positions' dk and dv. The K/V
+ * shards travel as in prefill; each shard's dK/dV accumulator starts on
+ * the next rank, travels the same way one step behind (each rank adds its
+ * share, computed while the accumulator is in flight) and arrives home
+ * after P - 1 steps, while the home rank computes the second half of its
+ * own diagonal block (the first half hides the first K/V transfer).
+ * Blocks above the causal diagonal and past kv_lens are skipped. Every
+ * sum runs in a fixed order (ring steps, stripes, tiles; dk and dv: the
+ * home rank's own share, then the accumulator's, which adds the ranks in
+ * ring order), in the call's dtype: the same bits from run to run and for
+ * any SDPA_OPT_NUM_THREADS on the same rank count. Against single-process
+ * sdpa_backward the sums are grouped differently: every element of dq, dk,
+ * dv and dbias is within 1e-5 (float32; 1e-12 in float64) of sdpa_backward's
+ * times max(1, the largest |element| of that tensor), as mpi/tests checks
+ * on 1-4 ranks (measured: below 5e-7 and 4e-16); bitwise equal on one rank
+ * in the contiguous layout when one tile covers the whole problem and
+ * there is no kv_lens (one sdpa_backward call).
+ * Refused: everything the prefill refuses (SDPA_ERR_UNSUPPORTED), dsinks
+ * (sinks are refused: SDPA_ERR_UNSUPPORTED), ragged batches (seqs, q_offsets,
+ * kv_offsets: SDPA_ERR_UNSUPPORTED; split a ragged batch into its
+ * sequences), dropout (SDPA_ERR_UNSUPPORTED: its mask follows positions
+ * within a call), half types and a grad_dtype other than 0 or dtype
+ * (SDPA_ERR_BAD_DTYPE), k and v broadcast differently over N
+ * (SDPA_ERR_UNSUPPORTED). The errors are the prefill's, agreed on every
+ * rank the same way, plus the gradients' shapes and strides
+ * (SDPA_ERR_SHAPE_MISMATCH, SDPA_ERR_BAD_STRIDE), a missing lse, dout,
+ * dq, dk or dv, or a dbias without a bias (SDPA_ERR_NULL_POINTER) and outputs
+ * that overlap each other or an input (SDPA_ERR_OVERLAP): found before the
+ * computation, with every output untouched. dq, dk, dv (and dbias) are zeroed
+ * and accumulated during the computation: after SDPA_ERR_NONFINITE (any
+ * rank's), an out of memory in libsdpa or a failure of MPI they hold
+ * unspecified values. Memory: besides the caller's tensors, two K/V buffers and
+ * three dK/dV accumulators (two when P = 2) of the largest rank's packed shard
+ * while P > 1 (in hand and arriving; in flight, arriving and being summed), and
+ * one tile's
+ * gradients (N·Hq·2048·Dk + Nk·Hkv·2048·(Dk + Dv) values, and with dbias
+ * its tile, at most N·Hq·2048·2048 values; dbias itself is as large as
+ * the bias the caller holds) besides
+ * libsdpa's scratch: nothing T × T or T_r × T_r.
+ *
  * Threads: the calls are made by one thread per rank, with a context used
  * by that thread only (its options, SDPA_OPT_NUM_THREADS included, apply
  * to the rank's computation; the call sets SDPA_OPT_EMPTY_ROWS to ZERO for
@@ -122,7 +181,7 @@
 #include <sdpa.h>
 
 #define SDPA_MPI_VERSION_MAJOR 1
-#define SDPA_MPI_VERSION_MINOR 0
+#define SDPA_MPI_VERSION_MINOR 1
 #define SDPA_MPI_VERSION_PATCH 0
 
 #if defined(SDPA_MPI_STATIC_DEFINE)
@@ -202,6 +261,28 @@ SDPA_MPI_API int sdpa_mpi_prefill(sdpa_ctx *ctx, MPI_Comm comm,
  * sdpa_mpi_decode(3). */
 SDPA_MPI_API int sdpa_mpi_decode(sdpa_ctx *ctx, MPI_Comm comm,
                                  const sdpa_mpi_args *args);
+
+/* Arguments of sdpa_mpi_backward (1.1); zero-initialise and set
+ * struct_size (SDPA_MPI_BACKWARD_ARGS_INIT). */
+typedef struct sdpa_mpi_backward_args {
+    size_t struct_size;             /* sizeof(sdpa_mpi_backward_args) */
+    int layout;                     /* SDPA_MPI_LAYOUT_*, the prefill's */
+    const sdpa_backward_args *grad; /* this rank's part, as described above */
+    sdpa_mpi_stats *stats;          /* optional output (forward_calls counts
+                                       the sdpa_backward calls) */
+} sdpa_mpi_backward_args;
+
+#define SDPA_MPI_BACKWARD_ARGS_INIT                                            \
+    {                                                                          \
+        .struct_size = sizeof(sdpa_mpi_backward_args)                          \
+    }
+
+/* The gradients of sdpa_mpi_prefill (1.1, described at the top): each
+ * rank passes its shard of q, k, v, out, dout and lse and gets its rows of
+ * dq and its positions' dk and dv; collective over comm. Returns SDPA_OK
+ * or a status code, the same on every rank. See sdpa_mpi_backward(3). */
+SDPA_MPI_API int sdpa_mpi_backward(sdpa_ctx *ctx, MPI_Comm comm,
+                                   const sdpa_mpi_backward_args *args);
 
 /* What the calling thread's last failed sdpa_mpi_* call said; "" after a
  * success. Never NULL. See sdpa_mpi_last_error(3). */

@@ -80,19 +80,12 @@ int sdpa_mpi_shard(int layout, int64_t seq_len, int rank, int ranks,
 int mpi_job_start(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm,
                   const sdpa_mpi_args *args)
 {
-    memset(j, 0, sizeof *j);
-    message[0] = '\0';
-    j->fn = fn;
-    j->ctx = ctx;
-    j->comm = comm;
-    j->stats.struct_size = sizeof j->stats;
-    MPI_Comm_rank(comm, &j->rank);
-    MPI_Comm_size(comm, &j->ranks);
-    if (!ctx || !args || !args->attn)
+    int status = mpi_job_open(j, fn, ctx, comm);
+    if (status != SDPA_OK)
+        return status;
+    if (!args || !args->attn)
         return mpi_fail(SDPA_ERR_NULL_POINTER, "%s: %s is NULL", fn,
-                        !ctx    ? "ctx"
-                        : !args ? "args"
-                                : "args->attn");
+                        !args ? "args" : "args->attn");
     if (args->struct_size < SDPA_MPI_ARGS_SIZE_V1)
         return mpi_fail(SDPA_ERR_STRUCT_SIZE,
                         "%s: args->struct_size is %zu, below %zu", fn,
@@ -101,7 +94,27 @@ int mpi_job_start(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm,
         return mpi_fail(SDPA_ERR_STRUCT_SIZE,
                         "%s: stats->struct_size is %zu, below %zu", fn,
                         args->stats->struct_size, SDPA_MPI_STATS_SIZE_V1);
-    const sdpa_forward_args *u = args->attn;
+    return mpi_job_import(j, args->attn);
+}
+
+int mpi_job_open(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm)
+{
+    memset(j, 0, sizeof *j);
+    message[0] = '\0';
+    j->fn = fn;
+    j->ctx = ctx;
+    j->comm = comm;
+    j->stats.struct_size = sizeof j->stats;
+    MPI_Comm_rank(comm, &j->rank);
+    MPI_Comm_size(comm, &j->ranks);
+    return ctx ? SDPA_OK
+               : mpi_fail(SDPA_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+}
+
+int mpi_job_import(mpi_job *j, const sdpa_forward_args *u)
+{
+    const char *fn = j->fn;
+    sdpa_ctx *ctx = j->ctx;
     if (u->struct_size < SDPA_FORWARD_ARGS_SIZE_V1)
         return mpi_fail(SDPA_ERR_STRUCT_SIZE,
                         "%s: attn->struct_size is %zu, below %zu", fn,
@@ -126,13 +139,16 @@ int mpi_job_start(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm,
         : a->sinks           ? "sinks"
         : (a->flags & SDPA_FLAG_WINDOW) || a->window_left || a->window_right
             ? "window"
-            : NULL;
+        : a->dropout_p != 0                        ? "dropout_p"
+        : a->seqs || a->q_offsets || a->kv_offsets ? "seqs"
+                                                   : NULL;
     if (refused)
         return mpi_fail(SDPA_ERR_UNSUPPORTED,
                         "%s: attn->%s is not supported across ranks (the "
                         "weights, logits and diagnostics span keys no rank "
                         "holds; windows, ALiBi and sinks: pass a mask or "
-                        "bias)",
+                        "bias; dropout's mask and ragged batches follow "
+                        "positions within a call)",
                         fn, refused);
     if (a->dtype != SDPA_FLOAT32 && a->dtype != SDPA_FLOAT64)
         return mpi_fail(SDPA_ERR_BAD_DTYPE,
@@ -295,9 +311,9 @@ static int64_t view_offset(const sdpa_tensor *t, int64_t n, int64_t row,
 
 /* A view of batch items [b0, b0 + nb), rows [row, row + rows) and
  * columns [col, col + cols) of t (extent-1 dimensions stay broadcast). */
-static sdpa_tensor sub_view(const sdpa_tensor *t, size_t es, int64_t b0,
-                            int64_t nb, int64_t row, int64_t rows, int64_t col,
-                            int64_t cols)
+sdpa_tensor mpi_sub_view(const sdpa_tensor *t, size_t es, int64_t b0,
+                         int64_t nb, int64_t row, int64_t rows, int64_t col,
+                         int64_t cols)
 {
     sdpa_tensor v = *t;
     v.data = (char *)t->data + (size_t)view_offset(t, b0, row, col) * es;
@@ -351,28 +367,29 @@ static bool rows_unseen(const mpi_job *j, int64_t b0, int64_t nb, int64_t row,
     return true;
 }
 
-/* One sdpa_forward call: items [b0, b0 + nb), global query rows [r0, r1)
- * of qs, local key rows [krow, krow + klen) (mask/bias column col0), with
- * causal mode `causal` and key lengths kvl (NULL or nb values); merged into
- * the accumulator. */
-static int sub_call(mpi_job *j, const mpi_seg *qs, int64_t b0, int64_t nb,
-                    int64_t r0, int64_t r1, const sdpa_tensor *kt,
-                    const sdpa_tensor *vt, int64_t krow, int64_t klen,
-                    int64_t col0, int causal, const int64_t *kvl)
+/* One sdpa_forward call (mpi_call, internal.h), merged into the
+ * accumulator. */
+static int forward_call(mpi_job *j, const mpi_call *call)
 {
+    const mpi_seg *qs = call->qs;
+    const int64_t b0 = call->b0, nb = call->nb, r0 = call->r0, r1 = call->r1;
+    const sdpa_tensor *kt = call->kt, *vt = call->vt;
+    const int64_t krow = call->krow, klen = call->klen, col0 = call->col0;
+    const int causal = call->causal;
+    const int64_t *kvl = call->kvl;
     const int64_t lrow = r0 - qs->off + qs->local, rows = r1 - r0;
     const size_t es = j->es;
     sdpa_forward_args c = j->a;
     c.causal = causal;
     c.kv_lens = kvl;
-    c.q = sub_view(&j->a.q, es, b0, nb, lrow, rows, 0, j->dk);
-    c.k = sub_view(kt, es, b0, nb, krow, klen, 0, j->dk);
-    c.v = sub_view(vt, es, b0, nb, krow, klen, 0, j->dv);
+    c.q = mpi_sub_view(&j->a.q, es, b0, nb, lrow, rows, 0, j->dk);
+    c.k = mpi_sub_view(kt, es, b0, nb, krow, klen, 0, j->dk);
+    c.v = mpi_sub_view(vt, es, b0, nb, krow, klen, 0, j->dv);
     if (c.mask.data)
-        c.mask = sub_view(&j->a.mask, 1, b0, nb, lrow, rows, col0, klen);
+        c.mask = mpi_sub_view(&j->a.mask, 1, b0, nb, lrow, rows, col0, klen);
     if (c.bias.data)
-        c.bias = sub_view(&j->a.bias, es, b0, nb, lrow, rows, col0, klen);
-    sdpa_tensor acc = sub_view(&j->acc, es, b0, nb, lrow, rows, 0, j->dv);
+        c.bias = mpi_sub_view(&j->a.bias, es, b0, nb, lrow, rows, col0, klen);
+    sdpa_tensor acc = mpi_sub_view(&j->acc, es, b0, nb, lrow, rows, 0, j->dv);
     sdpa_tensor acc_lse = acc_view(j, j->acc_lse, 1, b0, nb, lrow, rows);
     /* Merging a result into rows that have seen nothing is an exact copy
      * (weight 1, its lse kept; sdpa_merge reads no row whose lse is -inf),
@@ -416,6 +433,17 @@ static int sub_call(mpi_job *j, const mpi_seg *qs, int64_t b0, int64_t nb,
 /* The block for items [b0, b0 + nb) whose valid key count is L (the same
  * for all of them; kvl: their shifted lengths, or NULL when L is the whole
  * key count). See mpi_block. */
+/* Dispatches one call of the block procedure to the job's kind. */
+static int sub_call(mpi_job *j, const mpi_seg *qs, int64_t b0, int64_t nb,
+                    int64_t r0, int64_t r1, const sdpa_tensor *kt,
+                    const sdpa_tensor *vt, int64_t krow, int64_t klen,
+                    int64_t col0, int causal, const int64_t *kvl)
+{
+    const mpi_call call = {qs, b0,   nb,   r0,   r1,     kt,
+                           vt, krow, klen, col0, causal, kvl};
+    return j->call ? j->call(j, &call) : forward_call(j, &call);
+}
+
 static int block_items(mpi_job *j, const mpi_seg *qs, int64_t b0, int64_t nb,
                        int64_t len, const int64_t *kvl, int64_t a, int64_t e,
                        const sdpa_tensor *kt, const sdpa_tensor *vt,
@@ -487,8 +515,8 @@ int mpi_block(mpi_job *j, const mpi_seg *qs, int64_t a, int64_t e,
 
 /* The bytes [*begin, *end) a view spans (non-negative strides; extent-1
  * dimensions do not move); false when that overflows the address space. */
-static bool view_bytes(const sdpa_tensor *t, size_t es, uintptr_t *begin,
-                       uintptr_t *end)
+bool mpi_view_bytes(const sdpa_tensor *t, size_t es, uintptr_t *begin,
+                    uintptr_t *end)
 {
     size_t span = 1, step, bytes;
     for (int d = 0; d < 4; d++) {
@@ -521,7 +549,7 @@ int mpi_check_outputs(mpi_job *j)
     const sdpa_tensor *t[4] = {&a->out, &a->lse, &a->mask, &a->bias};
     const size_t es[4] = {j->es, j->es, 1, j->es};
     for (int i = 0; i < 4; i++)
-        if (v[i].data && !view_bytes(t[i], es[i], &v[i].begin, &v[i].end))
+        if (v[i].data && !mpi_view_bytes(t[i], es[i], &v[i].begin, &v[i].end))
             return mpi_fail(SDPA_ERR_OVERFLOW,
                             "%s: the extent of %s overflows the address "
                             "space",

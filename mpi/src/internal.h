@@ -1,4 +1,4 @@
-/* libsdpa-mpi's internals: shared by prefill.c and decode.c. */
+/* libsdpa-mpi's internals: shared by prefill.c, decode.c and backward.c. */
 #ifndef SDPA_MPI_INTERNAL_H
 #define SDPA_MPI_INTERNAL_H
 
@@ -12,6 +12,8 @@
 #define SDPA_MPI_ARGS_SIZE_V1 ((size_t)32)
 #define SDPA_MPI_STATS_SIZE_V1 ((size_t)48)
 #define SDPA_FORWARD_ARGS_SIZE_V1 ((size_t)624)
+#define SDPA_MPI_BACKWARD_ARGS_SIZE_V1 ((size_t)32)
+#define SDPA_BACKWARD_ARGS_SIZE_V1 ((size_t)952)
 
 /* Records the calling thread's message (printf-style) and returns status. */
 int mpi_fail(int status, const char *format, ...)
@@ -29,8 +31,23 @@ typedef struct mpi_seg {
     int64_t off, len, local;
 } mpi_seg;
 
+typedef struct mpi_job mpi_job;
+
+/* One call of the block procedure (mpi_block): items [b0, b0 + nb), global
+ * query rows [r0, r1) of segment qs, local key rows [krow, krow + klen) of
+ * kt / vt (mask/bias column col0), causal mode `causal`, key lengths kvl
+ * (NULL or nb values, shifted to the call's keys). */
+typedef struct mpi_call {
+    const mpi_seg *qs;
+    int64_t b0, nb, r0, r1;
+    const sdpa_tensor *kt, *vt;
+    int64_t krow, klen, col0;
+    int causal;
+    const int64_t *kvl;
+} mpi_call;
+
 /* One call's state on this rank. */
-typedef struct mpi_job {
+struct mpi_job {
     const char *fn; /* "sdpa_mpi_prefill" / "sdpa_mpi_decode" */
     sdpa_ctx *ctx;
     MPI_Comm comm;
@@ -57,12 +74,20 @@ typedef struct mpi_job {
     int64_t part_rows;
     void *scratch; /* the allocation behind the buffers above */
     sdpa_mpi_stats stats;
-} mpi_job;
+    /* What the block procedure's calls do: NULL for the forward's
+     * sdpa_forward and merge; sdpa_mpi_backward's own, with its state. */
+    int (*call)(mpi_job *j, const mpi_call *call);
+    void *user;
+};
 
 /* Imports args (struct sizes, attn, stats), checks the features this
  * library refuses, sets up j (but not the row counts). */
 int mpi_job_start(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm,
                   const sdpa_mpi_args *args);
+/* mpi_job_start's parts: the job's communicator and context (NULL ctx:
+ * SDPA_ERR_NULL_POINTER), then the rank's attention arguments u. */
+int mpi_job_open(mpi_job *j, const char *fn, sdpa_ctx *ctx, MPI_Comm comm);
+int mpi_job_import(mpi_job *j, const sdpa_forward_args *u);
 /* mask / bias (name) against [N|1, Hq|1, rows|1, cols|1]: shapes and
  * non-negative strides (the rest is checked by each sdpa_forward call). */
 int mpi_check_side(const mpi_job *j, const char *name, const sdpa_tensor *t,
@@ -91,6 +116,36 @@ int mpi_block(mpi_job *j, const mpi_seg *qs, int64_t a, int64_t e,
               const sdpa_tensor *kt, const sdpa_tensor *vt, int64_t krow,
               int64_t k0, int64_t k1, int64_t col0);
 
+/* The ring's shards (shards.c), of prefill and backward. */
+
+/* The shards: segs[2r], segs[2r + 1] of rank r (length 0 if unused), from
+ * the ranks' row counts in table; *total is T. */
+int mpi_layout_segments(mpi_job *j, int layout, const int64_t *table,
+                        mpi_seg *segs, int64_t *total);
+/* Elements of a packed K/V shard of `rows` rows ([Nk, Hkv, rows, Dk] then
+ * [Nk, Hkv, rows, Dv]), 0 on overflow. */
+size_t mpi_shard_elems(const mpi_job *j, int64_t rows);
+/* Packs k and v (any strides, j->rows rows) contiguous into buf. */
+void mpi_pack_shard(const mpi_job *j, const sdpa_tensor *k,
+                    const sdpa_tensor *v, char *buf);
+/* The packed shard of `rows` rows at buf as K and V views. */
+void mpi_shard_views(const mpi_job *j, char *buf, int64_t rows, sdpa_tensor *kt,
+                     sdpa_tensor *vt);
+/* The checks of both ring calls against the whole problem, after
+ * mpi_exchange: the layout's segments, the largest shard (*most
+ * elements, within an MPI count), kv_lens within [0, T], mask and bias
+ * shapes. Sets j->tq_total and j->tk_total. */
+int mpi_ring_checks(mpi_job *j, int layout, const int64_t *table, mpi_seg *segs,
+                    size_t *most);
+
+/* The start of both ring calls, after each rank's own checks gave
+ * status: the layout and the K/V row count, the ranks' description table and
+ * segments (freed by the caller), the agreement, mpi_exchange and
+ * mpi_ring_checks. *exchanged: every rank took part in the exchange (then every
+ * rank must reach the next mpi_agree). */
+int mpi_ring_begin(mpi_job *j, int status, int layout, int64_t **table,
+                   mpi_seg **segs, size_t *most, bool *exchanged);
+
 /* Prefill, before the computation: out and lse must not overlap the
  * inputs the computation reads after it has started writing out (mask,
  * bias, kv_lens; q, k and v are checked by mpi_job_start). */
@@ -110,6 +165,16 @@ int mpi_check_lse(mpi_job *j, const mpi_seg *segs, int nsegs);
 /* Completes the caller's out (zeros for rows without a key, under the
  * zero-row policy) and writes its lse. */
 void mpi_write_result(mpi_job *j);
+
+/* A view of batch items [b0, b0 + nb), rows [row, row + rows) and
+ * columns [col, col + cols) of t (extent-1 dimensions stay broadcast). */
+sdpa_tensor mpi_sub_view(const sdpa_tensor *t, size_t es, int64_t b0,
+                         int64_t nb, int64_t row, int64_t rows, int64_t col,
+                         int64_t cols);
+/* The bytes [*begin, *end) a view spans (non-negative strides; extent-1
+ * dimensions do not move); false when that overflows the address space. */
+bool mpi_view_bytes(const sdpa_tensor *t, size_t es, uintptr_t *begin,
+                    uintptr_t *end);
 
 double mpi_now(void);
 

@@ -35,8 +35,8 @@ for what in nm map header; do
         status=1
     fi
 done
-if grep -v '@@LIBSDPA_MPI_1\.0$' "$tmp/versioned"; then
-    echo "FAIL: exports above lack the version node LIBSDPA_MPI_1.0" >&2
+if grep -v -E '@@LIBSDPA_MPI_1\.[01]$' "$tmp/versioned"; then
+    echo "FAIL: exports above lack a version node LIBSDPA_MPI_1.0 or 1.1" >&2
     status=1
 fi
 [ $status -eq 0 ] || exit 1

@@ -18,72 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sdpa_mpi.h"
-
-static int g_rank, g_ranks, g_failures, g_cases;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            g_failures++;                                                      \
-            fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);   \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, "\n");                                             \
-        }                                                                      \
-    } while (0)
-
-/* ---- Data ---------------------------------------------------------------- */
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r)
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double rng_sym(rng *r, double a)
-{
-    return a * (2.0 * (double)(rng_next(r) >> 11) / 9007199254740992.0 - 1.0);
-}
-
-static int64_t rng_int(rng *r, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(r) % (uint64_t)(hi - lo + 1));
-}
-
-static size_t esize(int dtype)
-{
-    return dtype == SDPA_FLOAT32 ? sizeof(float) : sizeof(double);
-}
-
-static double get(const void *p, int dtype, size_t i)
-{
-    return dtype == SDPA_FLOAT32 ? (double)((const float *)p)[i]
-                                 : ((const double *)p)[i];
-}
-
-static void set(void *p, int dtype, size_t i, double v)
-{
-    if (dtype == SDPA_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
-
-static void *random_array(rng *r, int dtype, size_t count, double amp)
-{
-    void *p = malloc(count * esize(dtype) + 1);
-    if (!p)
-        abort();
-    for (size_t i = 0; i < count; i++)
-        set(p, dtype, i, rng_sym(r, amp));
-    return p;
-}
+#include "mpi_test_data.h"
 
 /* One test problem: the whole of it, contiguous [N, H, T, D]. */
 typedef struct cfg {
@@ -200,27 +135,6 @@ static void split(int64_t total, int uneven, uint64_t seed, int64_t *len)
         len[p] = l;
         left -= l;
     }
-}
-
-/* Rows [off, off + len) of each segment of the [A, H, T, D] array src,
- * gathered (segment after segment) into a new [A, H, rows, D] array. */
-static void *gather_rows(const void *src, size_t es, int64_t a, int64_t h,
-                         int64_t t, int64_t d, const int64_t *off,
-                         const int64_t *len, int segs)
-{
-    int64_t rows = 0;
-    for (int s = 0; s < segs; s++)
-        rows += len[s];
-    char *dst = malloc((size_t)(a * h * rows * d) * es + 1);
-    char *p = dst;
-    for (int64_t i = 0; i < a * h; i++)
-        for (int s = 0; s < segs; s++) {
-            size_t bytes = (size_t)(len[s] * d) * es;
-            memcpy(p, (const char *)src + (size_t)((i * t + off[s]) * d) * es,
-                   bytes);
-            p += bytes;
-        }
-    return dst;
 }
 
 /* ---- Comparison ---------------------------------------------------------- */
@@ -549,21 +463,33 @@ static void run_errors(sdpa_ctx *ctx)
     CHECK(strstr(sdpa_mpi_last_error(), "weights") != NULL, "message '%s'",
           sdpa_mpi_last_error());
     CHECK(((unsigned char *)out)[0] == 0xA5, "weights: out written");
-    /* 1.1's storage types and paging stay local to sdpa_forward: the last
-     * rank alone sets one, every rank refuses, out untouched. */
+    /* 1.1's storage types and paging, 1.2's dropout and ragged batches
+     * stay local to sdpa_forward: the last rank alone sets one, every rank
+     * refuses, out untouched. */
     const struct {
         const char *what;
         int status;
-    } local_only[2] = {{"kv_dtype", SDPA_ERR_BAD_DTYPE},
-                       {"block_table", SDPA_ERR_UNSUPPORTED}};
+    } local_only[4] = {{"kv_dtype", SDPA_ERR_BAD_DTYPE},
+                       {"block_table", SDPA_ERR_UNSUPPORTED},
+                       {"dropout_p", SDPA_ERR_UNSUPPORTED},
+                       {"seqs", SDPA_ERR_UNSUPPORTED}};
     int32_t table[1] = {0};
-    for (int which = 0; which < 2; which++) {
+    int64_t offsets[2] = {0, 4};
+    for (int which = 0; which < 4; which++) {
         bad = a;
         if (g_rank == g_ranks - 1 && which == 0)
             bad.kv_dtype = SDPA_FLOAT16;
         if (g_rank == g_ranks - 1 && which == 1) {
             bad.block_table = table;
             bad.pages_per_seq = 1;
+        }
+        /* dropout's mask and ragged batches follow positions within a
+         * call: refused across ranks */
+        if (g_rank == g_ranks - 1 && which == 2)
+            bad.dropout_p = 0.25;
+        if (g_rank == g_ranks - 1 && which == 3) {
+            bad.seqs = 1;
+            bad.q_offsets = offsets;
         }
         m.attn = &bad;
         memset(out, 0xA5, sizeof out);
