@@ -1,7 +1,8 @@
 /* What the mpirun tests of libsdpa-mpi share (test_mpi.c,
- * test_mpi_backward.c): the rank, the failure count and CHECK, a seeded
- * generator every rank runs alike, typed element access and the rows of
- * a whole problem that one rank holds. */
+ * test_mpi_backward.c): the rank, the failure count and CHECK, typed
+ * element access, random arrays from the tests' seeded generator (the
+ * same on every rank) and the rows of a whole problem that one rank
+ * holds. */
 #ifndef MPI_TEST_DATA_H
 #define MPI_TEST_DATA_H
 
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/testutil.h" /* the tests' seeded generator */
 #include "sdpa_mpi.h"
 
 static int g_rank, g_ranks, g_failures, g_cases;
@@ -26,28 +28,6 @@ static int g_rank, g_ranks, g_failures, g_cases;
     } while (0)
 
 /* ---- Data ---------------------------------------------------------------- */
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static inline uint64_t rng_next(rng *r)
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static inline double rng_sym(rng *r, double a)
-{
-    return a * (2.0 * (double)(rng_next(r) >> 11) / 9007199254740992.0 - 1.0);
-}
-
-static inline int64_t rng_int(rng *r, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(r) % (uint64_t)(hi - lo + 1));
-}
 
 static inline size_t esize(int dtype)
 {
