@@ -83,15 +83,19 @@ enum {
     SDPA_ERR_BAD_DTYPE = 4,         /* dtype, kv_dtype or bias_dtype not
                                        an SDPA_FLOAT* type, or float64
                                        mixed with another type */
-    SDPA_ERR_BAD_DIM = 5,           /* a dimension is zero or negative */
+    SDPA_ERR_BAD_DIM = 5,           /* a dimension is zero or negative (or,
+                                       1.2, Dk / Dv of block-quantized K/V
+                                       not a multiple of 32) */
     SDPA_ERR_SHAPE_MISMATCH = 6,    /* dimensions disagree between tensors */
     SDPA_ERR_BAD_STRIDE = 7,        /* negative stride, innermost stride != 1
                                        (q, k, v, out, weights), an output
                                        whose sorted strides do not each
                                        step past the smaller ones (the rule
                                        is conservative),
-                                       row stride below the row length, or an
-                                       output that overlaps itself */
+                                       row stride below the row length, an
+                                       output that overlaps itself, or (1.2)
+                                       a stride of block-quantized K/V not
+                                       a multiple of 32 */
     SDPA_ERR_OVERLAP = 8,           /* an output shares an element with
                                        another output or an input; views
                                        of one buffer with the same strides
@@ -143,8 +147,11 @@ enum {
     SDPA_ERR_BUSY = 32,          /* 1.2: the context is inside a call (a
                                     call on it from its parallel-for or a
                                     task, or from a second thread) */
-    SDPA_ERR_BAD_DROPOUT = 33    /* 1.2: dropout_p NaN, infinite, negative
+    SDPA_ERR_BAD_DROPOUT = 33,   /* 1.2: dropout_p NaN, infinite, negative
                                     or not below 1 */
+    SDPA_ERR_BAD_KV_SCALE = 34   /* 1.2: a k_scale / v_scale value NaN,
+                                    infinite or not above 0, or scales
+                                    given for K/V that are not FP8 */
 };
 
 /* A short fixed description of a status code: "success" for SDPA_OK, a
@@ -310,12 +317,34 @@ SDPA_API int sdpa_ctx_set_parallel_for(sdpa_ctx *ctx,
 /* Tensors and the forward call.                                             */
 /* ------------------------------------------------------------------------ */
 /* Element types. The half types (1.1) are storage types of sdpa_forward's
- * tensors, computed in float32 (see sdpa_forward_args.kv_dtype). */
+ * tensors, computed in float32 (see sdpa_forward_args.kv_dtype); the
+ * quantized types (1.2) are storage types of its k and v only, computed in
+ * float32 on their exactly decoded values (docs/STORAGE.md):
+ *   SDPA_FP8_E4M3  OCP 8-bit float E4M3 (sign, 4 exponent bits of bias 7,
+ *                  3 mantissa bits; subnormals; no infinities; S.1111.111
+ *                  is NaN; largest 448), one byte a value; each KV head's
+ *                  values times its k_scale / v_scale (vLLM's scales);
+ *   SDPA_FP8_E5M2  OCP E5M2 (bias 15: the top byte of a float16, with its
+ *                  infinities and NaNs; largest 57344), likewise;
+ *   SDPA_Q8_0      ggml's block_q8_0, bit for bit: 32 values in 34 bytes,
+ *                  a float16 d then 32 int8 q: value i = d · q[i];
+ *   SDPA_Q4_0      ggml's block_q4_0: 32 values in 18 bytes, a float16 d
+ *                  then 16 bytes b: value i = d · ((b[i] & 15) − 8) and
+ *                  value i + 16 = d · ((b[i] >> 4) − 8) for i < 16.
+ * A block type's row (Dk or Dv values) is whole blocks: D a multiple of
+ * 32; its strides still count values (multiples of 32: element
+ * n·s0 + h·s1 + t·s2 is the first value of block (n·s0 + h·s1 + t·s2) / 32
+ * of the array), so a llama.cpp cache [Tk, Hkv, D] of blocks is
+ * sdpa_tensor_bthd(data, 1, Hkv, Tk, D) as for any type. */
 enum {
     SDPA_FLOAT32 = 1,
     SDPA_FLOAT64 = 2,
-    SDPA_FLOAT16 = 3, /* 1.1: IEEE 754 binary16 */
-    SDPA_BFLOAT16 = 4 /* 1.1: bfloat16 (the top half of a float32) */
+    SDPA_FLOAT16 = 3,  /* 1.1: IEEE 754 binary16 */
+    SDPA_BFLOAT16 = 4, /* 1.1: bfloat16 (the top half of a float32) */
+    SDPA_FP8_E4M3 = 5, /* 1.2: K/V only, see above */
+    SDPA_FP8_E5M2 = 6, /* 1.2: K/V only */
+    SDPA_Q8_0 = 7,     /* 1.2: K/V only, blocks of 32 values */
+    SDPA_Q4_0 = 8      /* 1.2: K/V only, blocks of 32 values */
 };
 enum {
     SDPA_CAUSAL_NONE = 0,
@@ -340,10 +369,14 @@ enum {
 /* Converts count values from src (of src_type) to dst (of dst_type), 1.2:
  * SDPA_FLOAT32 to SDPA_FLOAT16 or SDPA_BFLOAT16 rounds to nearest even
  * (float16 overflows to infinity, NaNs stay NaNs), either half type to
- * SDPA_FLOAT32 is exact, float32 to float32 copies. The bits are those the
+ * SDPA_FLOAT32 is exact, float32 to float32 copies; (1.2) any quantized
+ * type to SDPA_FLOAT32 decodes exactly (FP8 codes without a scale; count
+ * a multiple of 32 for Q8_0 and Q4_0, whose src is count / 32 blocks),
+ * the values the library computes with. The bits are those the
  * library computes with on every CPU (F16C or AVX-512 where present), so
  * an engine can convert its caches and outputs without compiler
- * extensions. SDPA_ERR_BAD_DIM (count < 0), SDPA_ERR_BAD_DTYPE (any other
+ * extensions. SDPA_ERR_BAD_DIM (count < 0, or not whole blocks),
+ * SDPA_ERR_BAD_DTYPE (any other
  * pair of types), SDPA_ERR_NULL_POINTER (dst or src NULL with count > 0),
  * SDPA_ERR_OVERFLOW (the bytes pass the address space) or
  * SDPA_ERR_OVERLAP (dst and src share a byte), checked in this order;
@@ -497,7 +530,23 @@ typedef struct sdpa_tensor {
  * dropout_offset by at least N·Hq (PyTorch's Philox offset) so that their
  * masks are independent. Dropout needs Tq < 2^32 and Tk < 2^34. sdpa_merge
  * combines dropped partial outputs unchanged (they are linear in the
- * weights). */
+ * weights).
+ *
+ * Quantized K/V (1.2; struct_size 976): kv_dtype may be SDPA_FP8_E4M3,
+ * SDPA_FP8_E5M2, SDPA_Q8_0 or SDPA_Q4_0 (see the element types above) with
+ * dtype SDPA_FLOAT32, SDPA_FLOAT16 or SDPA_BFLOAT16; the call computes in
+ * float32 over the decoded values (exact for every code: Q8_0 and Q4_0's
+ * d·q is exact in float32), as on the half types, paged or not, on every
+ * path. With an FP8 kv_dtype, k_scale and v_scale (each optional: NULL
+ * means 1) hold one finite scale > 0 per KV head (a per-tensor scale is
+ * Hkv equal values): key row j of KV head h is k_scale[h] times its
+ * decoded values, exactly (the product is never rounded: the scale
+ * multiplies the head's scores and outputs in float32 instead). Other
+ * kv_dtypes take no scales (SDPA_ERR_BAD_KV_SCALE). A NaN code (or an
+ * infinity of E5M2, or a non-finite d of a block) at a key a row reads
+ * makes its logit or output non-finite: SDPA_ERR_NONFINITE with the row,
+ * as for any type. sdpa_backward and libsdpa-mpi do not take quantized
+ * K/V (SDPA_ERR_BAD_DTYPE). */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
     int dtype;              /* SDPA_FLOAT*: the storage type of q and out
@@ -544,6 +593,9 @@ typedef struct sdpa_forward_args {
     uint64_t dropout_seed;   /* Philox key: the generator's seed */
     uint64_t dropout_offset; /* Philox stream of batch item 0, head 0;
                                 advance it by N·Hq or more per call */
+    /* 1.2, quantized K/V (see "Quantized K/V" above) */
+    const float *k_scale; /* FP8 k: Hkv scales, one per KV head; NULL = 1 */
+    const float *v_scale; /* FP8 v: likewise */
 #ifdef SDPA_ABI_TEST_APPENDED_FIELD
     uint64_t abi_test_appended; /* never defined outside libsdpa's ABI test */
 #endif

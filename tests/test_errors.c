@@ -20,6 +20,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,7 +376,7 @@ static void test_bad_dtype(void **state)
     CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = 5);
     CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("dtype"), f->a.dtype = -1);
     /* 1.1: the storage types of k/v and bias; float64 mixes with nothing */
-    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("kv_dtype 5"), f->a.kv_dtype = 5);
+    CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("kv_dtype 9"), f->a.kv_dtype = 9);
     CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("bias_dtype -3"), f->a.bias_dtype = -3);
     CASE(SDPA_ERR_BAD_DTYPE, NEEDLES("mix SDPA_FLOAT64"),
          f->a.kv_dtype =
@@ -685,6 +686,33 @@ static void test_bad_dropout(void **state)
     CASE(SDPA_OK, NULL, f->a.dropout_p = 0.5; f->a.dropout_seed = 7);
     CASE(f->a.dtype == SDPA_FLOAT32 ? SDPA_ERR_BAD_DROPOUT : SDPA_OK,
          NEEDLES("dropout_p", "rounds to 1"), f->a.dropout_p = 1 - 1e-12);
+}
+
+/* The FP8 scales (1.2): only with an FP8 kv_dtype, finite and above 0;
+ * a block type's rows are whole blocks of 32 (this fixture's Dk is 4). */
+static void test_bad_kv_scale(void **state)
+{
+    fx *f = *state;
+    static const float one[HKV] = {1, 1}, nan1[HKV] = {1, NAN};
+    static const float zero0[HKV] = {0, 1}, inf1[HKV] = {2, INFINITY};
+    const bool f32 = f->a.dtype == SDPA_FLOAT32;
+    CASE(SDPA_ERR_BAD_KV_SCALE, NEEDLES("k_scale", "FP8"), f->a.k_scale = one);
+    CASE(SDPA_ERR_BAD_KV_SCALE, NEEDLES("v_scale", "FP8"), f->a.v_scale = one);
+    CASE(f32 ? SDPA_ERR_BAD_KV_SCALE : SDPA_ERR_BAD_DTYPE,
+         NEEDLES("k_scale[1] (KV head 1) is nan", "mix SDPA_FLOAT64"),
+         f->a.kv_dtype = SDPA_FP8_E4M3;
+         f->a.k_scale = nan1);
+    CASE(f32 ? SDPA_ERR_BAD_KV_SCALE : SDPA_ERR_BAD_DTYPE,
+         NEEDLES("v_scale[0] (KV head 0) is 0", "mix SDPA_FLOAT64"),
+         f->a.kv_dtype = SDPA_FP8_E5M2;
+         f->a.v_scale = zero0);
+    CASE(f32 ? SDPA_ERR_BAD_KV_SCALE : SDPA_ERR_BAD_DTYPE,
+         NEEDLES("k_scale[1] (KV head 1) is inf", "mix SDPA_FLOAT64"),
+         f->a.kv_dtype = SDPA_FP8_E5M2;
+         f->a.k_scale = inf1);
+    CASE(f32 ? SDPA_ERR_BAD_DIM : SDPA_ERR_BAD_DTYPE,
+         NEEDLES("k.shape[3] is 4, not a multiple of 32", "mix SDPA_FLOAT64"),
+         f->a.kv_dtype = SDPA_Q4_0);
 }
 
 static void test_head_grouping(void **state)
@@ -1293,8 +1321,8 @@ static void test_kernel_environment(void **state)
 static void test_status_strings(void **state)
 {
     (void)state;
-    const char *s[SDPA_ERR_BAD_DROPOUT + 1];
-    for (int i = 0; i <= SDPA_ERR_BAD_DROPOUT; ++i) {
+    const char *s[SDPA_ERR_BAD_KV_SCALE + 1];
+    for (int i = 0; i <= SDPA_ERR_BAD_KV_SCALE; ++i) {
         s[i] = sdpa_status_string(i);
         assert_non_null(s[i]);
         assert_true(strlen(s[i]) > 0);
@@ -1304,13 +1332,13 @@ static void test_status_strings(void **state)
                 fail();
             }
     }
-    static const int unknown[] = {12345, -1, SDPA_ERR_BAD_DROPOUT + 1, INT_MAX,
+    static const int unknown[] = {12345, -1, SDPA_ERR_BAD_KV_SCALE + 1, INT_MAX,
                                   INT_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; ++i) {
         const char *u = sdpa_status_string(unknown[i]);
         assert_non_null(u);
         assert_non_null(strstr(u, "unknown"));
-        for (int j = 0; j <= SDPA_ERR_BAD_DROPOUT; ++j)
+        for (int j = 0; j <= SDPA_ERR_BAD_KV_SCALE; ++j)
             assert_true(strcmp(u, s[j]) != 0);
     }
     const char *m = sdpa_ctx_last_error(NULL);
@@ -1350,6 +1378,7 @@ int main(void)
         TP_BOTH_NAMED(test_bad_scale, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_softcap, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_dropout, fx_setup, fx_teardown),
+        TP_BOTH_NAMED(test_bad_kv_scale, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_head_grouping, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_kv_len, fx_setup, fx_teardown),
         TP_BOTH_NAMED(test_bad_causal, fx_setup, fx_teardown),

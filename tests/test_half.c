@@ -248,7 +248,11 @@ static void test_narrow_specials(void **state)
     assert_int_equal(sdpa_dtype_size(SDPA_FLOAT16), 2);
     assert_int_equal(sdpa_dtype_size(SDPA_BFLOAT16), 2);
     assert_int_equal(sdpa_dtype_size(0), 0);
-    assert_int_equal(sdpa_dtype_size(5), 0);
+    assert_int_equal(sdpa_dtype_size(SDPA_FP8_E4M3), 1);
+    assert_int_equal(sdpa_dtype_size(SDPA_FP8_E5M2), 1);
+    assert_int_equal(sdpa_dtype_size(SDPA_Q8_0), 34);
+    assert_int_equal(sdpa_dtype_size(SDPA_Q4_0), 18);
+    assert_int_equal(sdpa_dtype_size(9), 0);
 }
 
 /* Every 251st float pattern (17 million, all exponents and both signs),

@@ -786,8 +786,8 @@ static void test_refusals(void **state)
     problem_make(&p, 51);
     sdpa_ctx *ctx = tp_ctx(0);
     sdpa_forward_args a = problem_args(&p);
-    a.kv_dtype = 7;
-    expect_refusal(ctx, &a, SDPA_ERR_BAD_DTYPE, "kv_dtype 7", &p);
+    a.kv_dtype = 9;
+    expect_refusal(ctx, &a, SDPA_ERR_BAD_DTYPE, "kv_dtype 9", &p);
     a.kv_dtype = SDPA_FLOAT64;
     expect_refusal(ctx, &a, SDPA_ERR_BAD_DTYPE, "mix SDPA_FLOAT64", &p);
     a.kv_dtype = 0;

@@ -63,6 +63,7 @@ STATUS_NAMES = {
     31: "SDPA_ERR_OFFSETS_END",
     32: "SDPA_ERR_BUSY",
     33: "SDPA_ERR_BAD_DROPOUT",
+    34: "SDPA_ERR_BAD_KV_SCALE",
 }
 globals().update({name: code for code, name in STATUS_NAMES.items()})
 
@@ -91,6 +92,10 @@ CONSTANTS = {
     "SDPA_FLOAT64": 2,
     "SDPA_FLOAT16": 3,
     "SDPA_BFLOAT16": 4,
+    "SDPA_FP8_E4M3": 5,
+    "SDPA_FP8_E5M2": 6,
+    "SDPA_Q8_0": 7,
+    "SDPA_Q4_0": 8,
     "SDPA_CAUSAL_NONE": 0,
     "SDPA_CAUSAL_TOP_LEFT": 1,
     "SDPA_CAUSAL_BOTTOM_RIGHT": 2,
@@ -172,6 +177,8 @@ class sdpa_forward_args(Structure):
         ("dropout_p", c_double),
         ("dropout_seed", c_uint64),
         ("dropout_offset", c_uint64),
+        ("k_scale", c_void_p),
+        ("v_scale", c_void_p),
     ]
 
 

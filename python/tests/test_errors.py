@@ -192,6 +192,10 @@ def test_struct_statuses_through_the_raw_binding(qkv):
         args = _raw_args(q, k, v, out)
         args.dropout_p = 1.0  # must lie in [0, 1)
         _expect("SDPA_ERR_BAD_DROPOUT", lambda: ctx.call(fwd, ctypes.byref(args)), "dropout_p")
+        args = _raw_args(q, k, v, out)
+        scales = (ctypes.c_float * 2)(1.0, 1.0)
+        args.k_scale = ctypes.cast(scales, ctypes.c_void_p)  # FP8 K/V only
+        _expect("SDPA_ERR_BAD_KV_SCALE", lambda: ctx.call(fwd, ctypes.byref(args)), "k_scale")
     assert np.all(out == SENTINEL)
 
 

@@ -107,7 +107,9 @@ static void slice_sequence(const sdpa_backward_args *a,
 {
     sdpa_forward_args fs;
     sdpa_ragged_slice(f, r, b, &fs);
-    const type_sizes es = sizes_of(a);
+    const int kv = a->kv_dtype ? a->kv_dtype : a->dtype;
+    const int dq = a->grad_dtype ? a->grad_dtype : a->dtype;
+    const int dkv = a->grad_dtype ? a->grad_dtype : kv;
     const int64_t first = r->q_off[b], rows = sdpa_seq_rows(r, b);
     *sub = *a;
     sub->seqs = 0;
@@ -119,10 +121,10 @@ static void slice_sequence(const sdpa_backward_args *a,
     sub->out = fs.out;
     sub->lse = fs.lse;
     sub->dropout_offset = fs.dropout_offset;
-    sub->dout = sdpa_slice_rows(a->dout, es.q, first, rows);
-    sub->dq = sdpa_slice_rows(a->dq, es.dq, first, rows);
-    sub->dk = sdpa_slice_keys(a->dk, es.dkv, r, b);
-    sub->dv = sdpa_slice_keys(a->dv, es.dkv, r, b);
+    sub->dout = sdpa_slice_rows(a->dout, a->dtype, first, rows);
+    sub->dq = sdpa_slice_rows(a->dq, dq, first, rows);
+    sub->dk = sdpa_slice_keys(a->dk, dkv, r, b);
+    sub->dv = sdpa_slice_keys(a->dv, dkv, r, b);
 }
 
 /* A sequence without query rows: its dk and dv, shaped like its k and v

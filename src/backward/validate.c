@@ -8,6 +8,7 @@
 #include "core/struct_import.h"
 #include "core/tensor_check.h"
 #include "forward/validate.h"
+#include "kernels/quant.h"
 
 #include <string.h>
 
@@ -31,6 +32,12 @@ int sdpa_backward_check_own(sdpa_ctx *ctx, const char *who,
                          "their inputs' storage types) nor SDPA_FLOAT32 with "
                          "a call computed in float32",
                          who, a->grad_dtype);
+    if (sdpa_is_quant_type(a->kv_dtype))
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
+                         "%s: kv_dtype %d is a quantized K/V type; the "
+                         "backward takes k and v as float32, float64 or a "
+                         "half type (sdpa_convert decodes them)",
+                         who, a->kv_dtype);
     if (!a->lse.data)
         return sdpa_fail(ctx, SDPA_ERR_NULL_POINTER,
                          "%s: lse.data is NULL (the forward's lse is "

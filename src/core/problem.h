@@ -68,7 +68,28 @@ typedef struct sdpa_problem {
     double dropout_p;
     uint32_t dropout_threshold;
     uint64_t dropout_seed, dropout_offset;
+    /* 1.2 FP8 K/V: each KV head's scales (Hkv each, or NULL: 1) */
+    const float *k_scale, *v_scale;
 } sdpa_problem;
+
+/* A K or V row of dim values in the units its view counts: blocks of 32
+ * for a block type (the validator divides their strides), else values. */
+static inline int64_t sdpa_kv_units(const sdpa_problem *p, int64_t dim)
+{
+    return dim / sdpa_dtype_values(p->kv_type);
+}
+
+/* The factors of KV head hk's FP8 scales (1 without them): k_scale
+ * multiplies the head's scores, v_scale its outputs, so that no decoded
+ * value is rounded by its scale. */
+static inline double sdpa_k_scale(const sdpa_problem *p, int64_t hk)
+{
+    return p->k_scale ? (double)p->k_scale[hk] : 1.0;
+}
+static inline double sdpa_v_scale(const sdpa_problem *p, int64_t hk)
+{
+    return p->v_scale ? (double)p->v_scale[hk] : 1.0;
+}
 
 /* The mask of query row i of batch item b, head h (philox.h): key =
  * the seed, counter words 1..3 = (i, the stream offset + b·Hq + h). */

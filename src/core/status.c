@@ -41,6 +41,7 @@ const char *sdpa_status_string(int status)
             "the last sequence offset is not the packed extent",
         [SDPA_ERR_BUSY] = "the context is inside a call",
         [SDPA_ERR_BAD_DROPOUT] = "bad dropout probability",
+        [SDPA_ERR_BAD_KV_SCALE] = "bad FP8 K/V scale",
     };
     if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
         return "unknown status";

@@ -68,6 +68,18 @@ static inline bool sdpa_ranges_meet(const sdpa_byte_range *a,
     return a->begin < b->end && b->begin < a->end;
 }
 
+/* A view of a block type (SDPA_Q8_0, SDPA_Q4_0) in its units, blocks of
+ * 32 values: D and the strides over 32 (the validator checks that they
+ * are whole blocks first); any other type's view as it is. */
+static inline sdpa_tensor sdpa_tensor_in_units(sdpa_tensor t, int type)
+{
+    const int64_t values = sdpa_dtype_values(type);
+    t.shape[3] /= values;
+    for (int d = 0; d < 3; d++)
+        t.stride[d] /= values;
+    return t;
+}
+
 /* A required tensor must have data: "who: name.data is NULL". */
 int sdpa_check_present(sdpa_ctx *ctx, const char *who,
                        const sdpa_tensor_rule *r);

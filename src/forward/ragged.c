@@ -26,19 +26,27 @@ static size_t size_or_f32(int type)
     return size ? size : sizeof(float);
 }
 
-sdpa_tensor sdpa_slice_rows(sdpa_tensor t, size_t elem_size, int64_t first,
+/* The bytes from an array of `type` to its element `offset`: whole units
+ * (a block type's offsets are multiples of 32 once valid; an invalid one
+ * is refused by the sequence's own validation). */
+static size_t offset_bytes(int type, int64_t offset)
+{
+    return (size_t)(offset / sdpa_dtype_values(type)) * size_or_f32(type);
+}
+
+sdpa_tensor sdpa_slice_rows(sdpa_tensor t, int type, int64_t first,
                             int64_t count)
 {
     if (t.data)
-        t.data = (char *)t.data + (size_t)(first * t.stride[T_DIM]) * elem_size;
+        t.data = (char *)t.data + offset_bytes(type, first * t.stride[T_DIM]);
     t.shape[T_DIM] = count;
     return t;
 }
 
-sdpa_tensor sdpa_slice_item(sdpa_tensor t, size_t elem_size, int64_t item)
+sdpa_tensor sdpa_slice_item(sdpa_tensor t, int type, int64_t item)
 {
     if (t.data)
-        t.data = (char *)t.data + (size_t)(item * t.stride[N_DIM]) * elem_size;
+        t.data = (char *)t.data + offset_bytes(type, item * t.stride[N_DIM]);
     t.shape[N_DIM] = 1;
     return t;
 }
@@ -53,17 +61,17 @@ int64_t sdpa_seq_keys(const sdpa_ragged *r, const sdpa_forward_args *args,
     return args->k.shape[T_DIM];
 }
 
-sdpa_tensor sdpa_slice_keys(sdpa_tensor t, size_t elem_size,
-                            const sdpa_ragged *r, int64_t b)
+sdpa_tensor sdpa_slice_keys(sdpa_tensor t, int type, const sdpa_ragged *r,
+                            int64_t b)
 {
     switch (r->keys) {
     case SDPA_KEYS_PACKED: {
         int64_t keys = r->kv_off[b + 1] - r->kv_off[b];
-        return sdpa_slice_rows(t, elem_size, keys > 0 ? r->kv_off[b] : 0,
+        return sdpa_slice_rows(t, type, keys > 0 ? r->kv_off[b] : 0,
                                keys > 0 ? keys : 1);
     }
     case SDPA_KEYS_BATCHED:
-        return sdpa_slice_item(t, elem_size, b);
+        return sdpa_slice_item(t, type, b);
     default: /* shared or paged: the view as it is */
         return t;
     }
@@ -262,21 +270,20 @@ void sdpa_ragged_slice(const sdpa_forward_args *args, const sdpa_ragged *r,
     /* sequence b draws its dropout mask as batch item b would */
     sub->dropout_offset =
         args->dropout_offset + (uint64_t)b * (uint64_t)args->q.shape[1];
-    const size_t es = size_or_f32(args->dtype);
-    const size_t kv_es =
-        size_or_f32(args->kv_dtype ? args->kv_dtype : args->dtype);
-    const size_t compute =
-        size_or_f32(args->dtype == SDPA_FLOAT64 ? SDPA_FLOAT64 : SDPA_FLOAT32);
+    const int io = args->dtype;
+    const int kv = args->kv_dtype ? args->kv_dtype : args->dtype;
+    const int compute =
+        args->dtype == SDPA_FLOAT64 ? SDPA_FLOAT64 : SDPA_FLOAT32;
     const int64_t first = r->q_off[b], rows = sdpa_seq_rows(r, b);
-    sub->q = sdpa_slice_rows(args->q, es, first, rows);
-    sub->out = sdpa_slice_rows(args->out, es, first, rows);
+    sub->q = sdpa_slice_rows(args->q, io, first, rows);
+    sub->out = sdpa_slice_rows(args->out, io, first, rows);
     sub->lse = sdpa_slice_rows(args->lse, compute, first, rows);
     sub->max_weight = sdpa_slice_rows(args->max_weight, compute, first, rows);
     sub->entropy = sdpa_slice_rows(args->entropy, compute, first, rows);
     if (args->kv_lens)
         sub->kv_lens = args->kv_lens + b;
-    sub->k = sdpa_slice_keys(args->k, kv_es, r, b);
-    sub->v = sdpa_slice_keys(args->v, kv_es, r, b);
+    sub->k = sdpa_slice_keys(args->k, kv, r, b);
+    sub->v = sdpa_slice_keys(args->v, kv, r, b);
     if (r->keys == SDPA_KEYS_PACKED && sdpa_seq_keys(r, args, b) == 0)
         sub->kv_lens = &no_keys;
     if (r->keys == SDPA_KEYS_PAGED) {

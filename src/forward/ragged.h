@@ -54,11 +54,12 @@ int sdpa_ragged_check(sdpa_ctx *ctx, const char *who,
                       const sdpa_named_tensor *refused, int refused_count,
                       sdpa_ragged *r);
 
-/* Query rows [first, first + count) of a [1, H, T, D] view: its T extent
- * becomes count. And the same for keys: item b of a batched view. */
-sdpa_tensor sdpa_slice_rows(sdpa_tensor t, size_t elem_size, int64_t first,
+/* Query rows [first, first + count) of a [1, H, T, D] view of storage type
+ * `type`: its T extent becomes count. And the same for keys: item b of a
+ * batched view. */
+sdpa_tensor sdpa_slice_rows(sdpa_tensor t, int type, int64_t first,
                             int64_t count);
-sdpa_tensor sdpa_slice_item(sdpa_tensor t, size_t elem_size, int64_t item);
+sdpa_tensor sdpa_slice_item(sdpa_tensor t, int type, int64_t item);
 
 /* Sequence b's query rows (Tq_b) and keys (Tk_b, the batched T for batched,
  * shared and paged keys). */
@@ -73,8 +74,8 @@ int64_t sdpa_seq_keys(const sdpa_ragged *r, const sdpa_forward_args *args,
  * dk, dv): rows [kv_offsets[b], kv_offsets[b + 1]) of a packed view (a
  * sequence without keys gets one row, never read or written), item b of
  * a batched one, the view as it is for shared or paged keys. */
-sdpa_tensor sdpa_slice_keys(sdpa_tensor t, size_t elem_size,
-                            const sdpa_ragged *r, int64_t b);
+sdpa_tensor sdpa_slice_keys(sdpa_tensor t, int type, const sdpa_ragged *r,
+                            int64_t b);
 
 /* Sequence b's arguments as a rectangular call of its own: q, out and the
  * per-row outputs (lse, max_weight, entropy) sliced to its rows, k and v

@@ -132,10 +132,13 @@ static int check_call(sdpa_ctx *ctx, const sdpa_forward_args *args,
     const sdpa_problem *p = &part.problem;
     const size_t es = sdpa_dtype_size(p->dtype);
     const size_t kv_es = sdpa_dtype_size(p->kv_type);
+    /* a block type's k and v in blocks, as their sequences were checked */
+    const sdpa_tensor k = sdpa_tensor_in_units(args->k, p->kv_type);
+    const sdpa_tensor v = sdpa_tensor_in_units(args->v, p->kv_type);
     const sdpa_whole_tensor whole[7] = {
         {"q", &args->q, sdpa_dtype_size(p->q_type), false, false},
-        {"k", &args->k, kv_es, false, false},
-        {"v", &args->v, kv_es, false, false},
+        {"k", &k, kv_es, false, false},
+        {"v", &v, kv_es, false, false},
         {"out", &args->out, sdpa_dtype_size(p->out_type), true, false},
         {"lse", &args->lse, es, true, true},
         {"max_weight", &args->max_weight, es, true, true},

@@ -9,6 +9,7 @@
 #include "forward/validate.h"
 #include "forward/key_range.h"
 #include "core/tensor_check.h"
+#include "kernels/quant.h"
 
 #include <float.h>
 #include <limits.h>
@@ -176,35 +177,47 @@ static int check_appended(sdpa_ctx *ctx, const char *who,
 
 static const char *type_name(int type)
 {
-    static const char *const names[] = {"", "SDPA_FLOAT32", "SDPA_FLOAT64",
-                                        "SDPA_FLOAT16", "SDPA_BFLOAT16"};
-    return type >= SDPA_FLOAT32 && type <= SDPA_BFLOAT16 ? names[type]
-                                                         : "unknown";
+    static const char *const names[] = {"",
+                                        "SDPA_FLOAT32",
+                                        "SDPA_FLOAT64",
+                                        "SDPA_FLOAT16",
+                                        "SDPA_BFLOAT16",
+                                        "SDPA_FP8_E4M3",
+                                        "SDPA_FP8_E5M2",
+                                        "SDPA_Q8_0",
+                                        "SDPA_Q4_0"};
+    return type >= SDPA_FLOAT32 && type <= SDPA_Q4_0 ? names[type] : "unknown";
 }
 
 /* The storage types (1.1): dtype, and kv_dtype / bias_dtype (0: dtype).
- * float32 and the half types mix freely and compute in float32; float64
- * computes in float64 and mixes with nothing. */
+ * float32 and the half types mix freely and compute in float32, as do the
+ * quantized types of k and v (1.2); float64 computes in float64 and mixes
+ * with nothing. */
 static int check_types(sdpa_ctx *ctx, const char *who,
                        const sdpa_forward_args *args, int *compute)
 {
     const struct {
         const char *name;
         int type;
-        bool zero_means_dtype;
-    } types[3] = {{"dtype", args->dtype, false},
-                  {"kv_dtype", args->kv_dtype, true},
-                  {"bias_dtype", args->bias_dtype, true}};
+        bool zero_means_dtype, quantized;
+    } types[3] = {{"dtype", args->dtype, false, false},
+                  {"kv_dtype", args->kv_dtype, true, true},
+                  {"bias_dtype", args->bias_dtype, true, false}};
     bool f64 = false, other = false;
     for (int i = 0; i < 3; i++) {
         int t = types[i].type;
         if (t == 0 && types[i].zero_means_dtype)
             continue;
-        if (t < SDPA_FLOAT32 || t > SDPA_BFLOAT16)
+        if (t < SDPA_FLOAT32 ||
+            t > (types[i].quantized ? SDPA_Q4_0 : SDPA_BFLOAT16))
             return sdpa_fail(ctx, SDPA_ERR_BAD_DTYPE,
                              "%s: %s %d is not SDPA_FLOAT32, "
-                             "SDPA_FLOAT64, SDPA_FLOAT16 or SDPA_BFLOAT16%s",
+                             "SDPA_FLOAT64, SDPA_FLOAT16 or SDPA_BFLOAT16%s%s",
                              who, types[i].name, t,
+                             types[i].quantized
+                                 ? ", or a quantized K/V type (SDPA_FP8_E4M3, "
+                                   "SDPA_FP8_E5M2, SDPA_Q8_0, SDPA_Q4_0)"
+                                 : "",
                              types[i].zero_means_dtype ? " (or 0: dtype's)"
                                                        : "");
         f64 |= t == SDPA_FLOAT64;
@@ -214,12 +227,80 @@ static int check_types(sdpa_ctx *ctx, const char *who,
         return sdpa_fail(
             ctx, SDPA_ERR_BAD_DTYPE,
             "%s: dtype %s, kv_dtype %s and bias_dtype "
-            "%s mix SDPA_FLOAT64 with a float32 or half type; "
+            "%s mix SDPA_FLOAT64 with a float32, half or quantized type; "
             "float64 calls are float64 throughout",
             who, type_name(args->dtype),
             type_name(args->kv_dtype ? args->kv_dtype : args->dtype),
             type_name(args->bias_dtype ? args->bias_dtype : args->dtype));
     *compute = f64 ? SDPA_FLOAT64 : SDPA_FLOAT32;
+    return SDPA_OK;
+}
+
+/* k_scale and v_scale (1.2): FP8 K/V only, Hkv finite values above 0. */
+static int check_kv_scales(sdpa_ctx *ctx, const char *who,
+                           const sdpa_forward_args *args, sdpa_problem *p)
+{
+    const struct {
+        const char *name;
+        const float *values;
+    } scales[2] = {{"k_scale", args->k_scale}, {"v_scale", args->v_scale}};
+    for (int s = 0; s < 2; s++) {
+        const float *v = scales[s].values;
+        if (!v)
+            continue;
+        if (!sdpa_is_fp8_type(p->kv_type))
+            return sdpa_fail(ctx, SDPA_ERR_BAD_KV_SCALE,
+                             "%s: %s is set but kv_dtype is %s; only the FP8 "
+                             "types (SDPA_FP8_E4M3, SDPA_FP8_E5M2) take "
+                             "scales",
+                             who, scales[s].name, type_name(p->kv_type));
+        for (int64_t h = 0; h < p->heads_kv; h++)
+            if (!(v[h] > 0) || v[h] == INFINITY)
+                return sdpa_fail(ctx, SDPA_ERR_BAD_KV_SCALE,
+                                 "%s: %s[%lld] (KV head %lld) is %g, must be "
+                                 "finite and above 0",
+                                 who, scales[s].name, (long long)h,
+                                 (long long)h, (double)v[h]);
+    }
+    p->k_scale = args->k_scale;
+    p->v_scale = args->v_scale;
+    return SDPA_OK;
+}
+
+/* k and v of a block type (1.2) are whole blocks: Dk (= q's) and Dv
+ * multiples of 32, strides multiples of 32 values (block starts), the
+ * innermost 1. *units gets them in blocks (shape[3] and strides over 32),
+ * the units the rules and the paths address them in. */
+static int check_blocks(sdpa_ctx *ctx, const char *who,
+                        const sdpa_forward_args *args, int type,
+                        const char *name, const sdpa_tensor *t,
+                        sdpa_tensor *units)
+{
+    const int64_t dk = args->q.shape[D_DIM];
+    if (t == &args->k && t->shape[D_DIM] != dk)
+        return sdpa_fail(ctx, SDPA_ERR_SHAPE_MISMATCH,
+                         "%s: k.shape[3] is %lld, must be q.shape[3] (Dk) "
+                         "%lld",
+                         who, (long long)t->shape[D_DIM], (long long)dk);
+    if (t->shape[D_DIM] % SDPA_QUANT_BLOCK != 0)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_DIM,
+                         "%s: %s.shape[3] is %lld, not a multiple of 32: %s "
+                         "rows are whole blocks of 32 values",
+                         who, name, (long long)t->shape[D_DIM],
+                         type_name(type));
+    if (t->stride[D_DIM] != 1)
+        return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                         "%s: %s.stride[3] is %lld, the innermost stride must "
+                         "be 1",
+                         who, name, (long long)t->stride[D_DIM]);
+    for (int d = 0; d < D_DIM; d++)
+        if (t->shape[d] > 1 && t->stride[d] % SDPA_QUANT_BLOCK != 0)
+            return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
+                             "%s: %s.stride[%d] is %lld, not a multiple of "
+                             "32: %s blocks start every 32 values",
+                             who, name, d, (long long)t->stride[d],
+                             type_name(type));
+    *units = sdpa_tensor_in_units(*t, type);
     return SDPA_OK;
 }
 
@@ -479,6 +560,16 @@ static int check_tensors(sdpa_ctx *ctx, const char *who,
                          "%s: q has %lld heads, not a multiple of the %lld "
                          "heads of k",
                          who, (long long)hq, (long long)hkv);
+    sdpa_tensor units[2];
+    if (sdpa_is_block_type(p->kv_type))
+        for (int i = 1; i <= 2; i++) {
+            int status = check_blocks(ctx, who, args, p->kv_type, rules[i].name,
+                                      rules[i].tensor, &units[i - 1]);
+            if (status != SDPA_OK)
+                return status;
+            rules[i].tensor = &units[i - 1];
+            rules[i].expect[D_DIM].value /= SDPA_QUANT_BLOCK;
+        }
     for (int i = 0; i < n_rules; i++) {
         if (!rules[i].tensor->data)
             continue;
@@ -575,6 +666,8 @@ int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
         return status;
     resolve_sizes(args, tk, p);
     status = check_appended(ctx, who, args, p);
+    if (status == SDPA_OK)
+        status = check_kv_scales(ctx, who, args, p);
     if (status != SDPA_OK)
         return status;
     /* With a sink no row is empty: it always has the sink. */

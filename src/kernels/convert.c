@@ -1,6 +1,7 @@
 /*
  * sdpa_convert: the library's own conversions between float32 and the
- * half types, exported for engines that hold half caches (they need the
+ * half types, and the decoding of the quantized K/V types, exported for
+ * engines that hold such caches (they need the
  * bits libsdpa computes with, not a compiler extension's). The row
  * kernels' widen and narrow of the best kernel set this CPU runs (F16C or
  * AVX-512 where present): the same bits in every set (rows.h).
@@ -8,6 +9,7 @@
 #include "core/checked.h"
 #include "kernels/cpu.h"
 #include "kernels/half.h"
+#include "kernels/quant.h"
 #include "kernels/rows.h"
 #include "sdpa.h"
 
@@ -25,16 +27,20 @@ int sdpa_convert(int dst_type, void *dst, int src_type, const void *src,
         return SDPA_ERR_BAD_DIM;
     bool narrowing = src_type == SDPA_FLOAT32 &&
                      (is_half(dst_type) || dst_type == SDPA_FLOAT32);
-    bool widening = dst_type == SDPA_FLOAT32 && is_half(src_type);
+    bool widening = dst_type == SDPA_FLOAT32 &&
+                    (is_half(src_type) || sdpa_is_quant_type(src_type));
     if (!narrowing && !widening)
         return SDPA_ERR_BAD_DTYPE;
+    if (count % sdpa_dtype_values(src_type) != 0)
+        return SDPA_ERR_BAD_DIM; /* a block type's values are whole blocks */
     if (count == 0)
         return SDPA_OK;
     if (!dst || !src)
         return SDPA_ERR_NULL_POINTER;
     size_t dst_bytes, src_bytes;
+    const size_t src_units = (size_t)(count / sdpa_dtype_values(src_type));
     if (!sdpa_mul_size((size_t)count, sdpa_dtype_size(dst_type), &dst_bytes) ||
-        !sdpa_mul_size((size_t)count, sdpa_dtype_size(src_type), &src_bytes) ||
+        !sdpa_mul_size(src_units, sdpa_dtype_size(src_type), &src_bytes) ||
         (uintptr_t)dst > UINTPTR_MAX - dst_bytes ||
         (uintptr_t)src > UINTPTR_MAX - src_bytes)
         return SDPA_ERR_OVERFLOW;

@@ -105,8 +105,10 @@ static inline uint16_t sdpa_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-/* Bytes of one element of a storage type (SDPA_FLOAT*); 0 for an unknown
- * one. */
+/* Bytes of one unit of a storage type (SDPA_FLOAT*, quantized types): an
+ * element, or a block of 32 values for SDPA_Q8_0 and SDPA_Q4_0 (quant.h),
+ * whose views count their strides in blocks once validated; 0 for an
+ * unknown type. */
 static inline size_t sdpa_dtype_size(int dtype)
 {
     switch (dtype) {
@@ -117,9 +119,22 @@ static inline size_t sdpa_dtype_size(int dtype)
     case SDPA_FLOAT16:
     case SDPA_BFLOAT16:
         return 2;
+    case SDPA_FP8_E4M3:
+    case SDPA_FP8_E5M2:
+        return 1;
+    case SDPA_Q8_0:
+        return 34;
+    case SDPA_Q4_0:
+        return 18;
     default:
         return 0;
     }
+}
+
+/* Values in one unit of a storage type: 32 for the block types, else 1. */
+static inline int64_t sdpa_dtype_values(int dtype)
+{
+    return dtype == SDPA_Q8_0 || dtype == SDPA_Q4_0 ? 32 : 1;
 }
 
 #endif /* SDPA_HALF_H */

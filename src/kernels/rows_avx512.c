@@ -219,6 +219,61 @@ static inline void store_bf16(uint16_t *p, __m512 a)
     _mm256_storeu_si256((__m256i *)(void *)p, _mm512_cvtepi32_epi16(r));
 }
 #define VSTORE_BF16(p, a) store_bf16(p, a)
+/* The quantized K/V types (quant.h's bits). 16 FP8 codes as 16-bit lanes;
+ * E5M2 is a float16's top byte; E4M3 is placed in a float16 (sign, then
+ * exponent and mantissa 3 bits lower: its bias 7 is float16's 15 minus 8)
+ * and scaled by 2^8, exactly, subnormals included, with S.1111.111 made
+ * float16's quiet NaN 0x7e00 first. */
+static inline __m256i fp8_lanes(const unsigned char *p)
+{
+    return _mm256_cvtepu8_epi16(
+        _mm_loadu_si128((const __m128i *)(const void *)p));
+}
+static inline __m512 e5m2_to_f32(const unsigned char *p)
+{
+    return _mm512_cvtph_ps(_mm256_slli_epi16(fp8_lanes(p), 8));
+}
+static inline __m512 e4m3_to_f32(const unsigned char *p)
+{
+    const __m256i c = fp8_lanes(p);
+    const __m256i sign =
+        _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x80)), 8);
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi16(0x7f));
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7f));
+    __m256i h = _mm256_or_si256(sign, _mm256_slli_epi16(mag, 7));
+    h = _mm256_mask_blend_epi16(
+        nan, h, _mm256_or_si256(sign, _mm256_set1_epi16(0x7e00)));
+    return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+}
+/* A block's float16 d on every lane (F16C). */
+static inline __m512 block_d(const unsigned char *block)
+{
+    uint16_t d;
+    memcpy(&d, block, sizeof d);
+    return _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+}
+static inline __m512 q8_0_to_f32(const unsigned char *block, int k)
+{
+    const __m128i q =
+        _mm_loadu_si128((const __m128i *)(const void *)(block + 2 + k));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                         block_d(block));
+}
+/* Values 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones. */
+static inline __m512 q4_0_to_f32(const unsigned char *block, int k)
+{
+    const __m512i b = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128((const __m128i *)(const void *)(block + 2)));
+    const __m512i q = k == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15))
+                             : _mm512_srli_epi32(b, 4);
+    return _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8))),
+        block_d(block));
+}
+#define VLOAD_E4M3(p) e4m3_to_f32(p)
+#define VLOAD_E5M2(p) e5m2_to_f32(p)
+#define VLOAD_Q8_0(block, k) q8_0_to_f32(block, k)
+#define VLOAD_Q4_0(block, k) q4_0_to_f32(block, k)
 #include "kernels/rows_simd_impl.h"
 #include "kernels/rows_simd_undef.h"
 

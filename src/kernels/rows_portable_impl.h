@@ -37,6 +37,9 @@ static void NAME(portable_dropout)(T *x, int64_t n, const sdpa_dropout_row *row,
 #ifndef SDPA_PORTABLE_CHUNK
 #define SDPA_PORTABLE_CHUNK 256
 #endif
+/* A chunk starts at a block of a block type (32 values). */
+_Static_assert(SDPA_PORTABLE_CHUNK % SDPA_QUANT_BLOCK == 0,
+               "SDPA_PORTABLE_CHUNK must be whole quantized blocks");
 
 /* Σ_{d<len} a[d]·b[d]: 8 lane sums in a fixed order (each lane's sum is
  * sequential, so compilers vectorise it without reassociating anything),
@@ -62,8 +65,10 @@ static const T *NAME(portable_row_chunk)(const void *base, int64_t ld, int type,
                                          int64_t j, int64_t d0, int64_t len,
                                          T *buf)
 {
+    /* ld and a block type's d0 / 32 count units (rows_scalar_impl.h) */
     const int64_t es = (int64_t)NAME(elem_size)(type);
-    const char *at = (const char *)base + (j * ld + d0) * es;
+    const char *at =
+        (const char *)base + (j * ld + d0 / NAME(elem_values)(type)) * es;
     if (es == (int64_t)sizeof(T))
         return (const T *)(const void *)at;
     NAME(scalar_widen)(at, type, buf, 0, len);

@@ -3,6 +3,7 @@
  * row tails. */
 #include "kernels/half.h"
 #include "kernels/philox.h"
+#include "kernels/quant.h"
 
 /* x += bias, forbidden → -inf; returns max(m, the new values) and ORs into
  * *nan whether a NaN was met (the max alone would drop it). */
@@ -118,18 +119,37 @@ static inline bool NAME(reads_bf16)(int type)
     return sizeof(T) == sizeof(float) && type == SDPA_BFLOAT16;
 }
 
-/* Bytes of one element of an array of `type`, as this T's set reads it. */
+/* ... as a quantized type (quant.h)? Likewise float's only. */
+static inline bool NAME(reads_quant)(int type)
+{
+    return sizeof(T) == sizeof(float) && sdpa_is_quant_type(type);
+}
+
+/* Bytes of one unit (an element, or a block of a block type) of an array
+ * of `type`, as this T's set reads it. */
 static inline size_t NAME(elem_size)(int type)
 {
+    if (NAME(reads_quant)(type))
+        return sdpa_dtype_size(type);
     return NAME(reads_f16)(type) || NAME(reads_bf16)(type) ? 2 : sizeof(T);
 }
 
-/* dst[i] = src[i] widened to T (exactly), i in [from, n). */
+/* Values in one such unit: 32 for a block type, else 1. */
+static inline int64_t NAME(elem_values)(int type)
+{
+    return NAME(reads_quant)(type) ? sdpa_dtype_values(type) : 1;
+}
+
+/* dst[i] = src[i] widened to T (exactly), i in [from, n); a block type's
+ * src starts at a block. */
 static inline void NAME(scalar_widen)(const void *src, int type, T *dst,
                                       int64_t from, int64_t n)
 {
     const uint16_t *h = src;
-    if (NAME(reads_f16)(type))
+    if (NAME(reads_quant)(type))
+        for (int64_t i = from; i < n; i++)
+            dst[i] = (T)sdpa_quant_value(src, type, i);
+    else if (NAME(reads_f16)(type))
         for (int64_t i = from; i < n; i++)
             dst[i] = sdpa_f16_to_f32(h[i]);
     else if (NAME(reads_bf16)(type))

@@ -6,9 +6,11 @@
  * widen, narrow) also need VLOAD_PART / VSTORE_PART (the first n < W
  * lanes only), VHSUMW (W vectors' lane sums as one vector), ACC_VECS (the
  * accumulators that fit in registers beside the operands) and, for float
- * only, VLOAD_F16 / VLOAD_BF16 (W halves widened), their _PART forms and
- * VSTORE_F16 / VSTORE_BF16 (W floats narrowed, half.h's bits); this file
- * undefines those at its end. */
+ * only, VLOAD_F16 / VLOAD_BF16 (W halves widened), their _PART forms,
+ * VSTORE_F16 / VSTORE_BF16 (W floats narrowed, half.h's bits) and the
+ * quantized types' decoders (quant.h's bits): VLOAD_E4M3 / VLOAD_E5M2 (W
+ * codes at p), VLOAD_Q8_0 / VLOAD_Q4_0 (W values of the block at p from
+ * its value k, k a multiple of W); this file undefines those at its end. */
 #include "kernels/rows_scalar_impl.h"
 
 /* KERNEL_NAME(mask_max) → sdpa_rows_avx2_mask_max_f32 and the like: each
@@ -224,31 +226,88 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
 #define ACC_ROW_BLOCK KERNEL_NAME(acc_row_block)
 #define ACC_TYPED KERNEL_NAME(acc_typed)
 
-/* W elements of `type` at p, widened to T; LOAD_PART: the first `count`
- * (< W) of them, the other lanes 0, nothing read past them. */
-STREAM_INLINE VT LOAD_W(const char *p, const int type)
+/* Bytes of n values of a row of `type` (whole blocks of a block type). */
+#define ROW_BYTES(type, n)                                                     \
+    ((n) / NAME(elem_values)(type) * (int64_t)NAME(elem_size)(type))
+
+/* Elements d .. d + W of the row of `type` at row, widened to T (d a
+ * multiple of W); LOAD_PART: the first `count` (< W) of them, the other
+ * lanes 0, nothing read past them. A block type's rows are whole blocks
+ * (include/sdpa.h), so its loads are never partial. */
+STREAM_INLINE VT LOAD_W(const char *row, int64_t d, const int type)
 {
 #ifdef VLOAD_F16
+    const unsigned char *u = (const unsigned char *)row;
     if (type == SDPA_FLOAT16)
-        return VLOAD_F16((const uint16_t *)(const void *)p);
+        return VLOAD_F16((const uint16_t *)(const void *)row + d);
     if (type == SDPA_BFLOAT16)
-        return VLOAD_BF16((const uint16_t *)(const void *)p);
+        return VLOAD_BF16((const uint16_t *)(const void *)row + d);
+    if (type == SDPA_FP8_E4M3)
+        return VLOAD_E4M3(u + d);
+    if (type == SDPA_FP8_E5M2)
+        return VLOAD_E5M2(u + d);
+    if (type == SDPA_Q8_0)
+        return VLOAD_Q8_0(u + d / 32 * SDPA_Q8_0_BYTES, (int)(d % 32));
+    if (type == SDPA_Q4_0)
+        return VLOAD_Q4_0(u + d / 32 * SDPA_Q4_0_BYTES, (int)(d % 32));
 #endif
     (void)type;
-    return VLOAD((const T *)(const void *)p);
+    return VLOAD((const T *)(const void *)row + d);
 }
 
-STREAM_INLINE VT LOAD_PART(const char *p, const int type, int count)
+STREAM_INLINE VT LOAD_PART(const char *row, int64_t d, const int type,
+                           int count)
 {
 #ifdef VLOAD_F16
     if (type == SDPA_FLOAT16)
-        return VLOAD_F16_PART((const uint16_t *)(const void *)p, count);
+        return VLOAD_F16_PART((const uint16_t *)(const void *)row + d, count);
     if (type == SDPA_BFLOAT16)
-        return VLOAD_BF16_PART((const uint16_t *)(const void *)p, count);
+        return VLOAD_BF16_PART((const uint16_t *)(const void *)row + d, count);
+    if (type == SDPA_FP8_E4M3 || type == SDPA_FP8_E5M2) {
+        unsigned char codes[W] = {0}; /* code 0 is +0 in both */
+        memcpy(codes, row + d, (size_t)count);
+        return LOAD_W((const char *)codes, 0, type);
+    }
+    if (type == SDPA_Q8_0 || type == SDPA_Q4_0)
+        return VZERO(); /* never: whole blocks */
 #endif
     (void)type;
-    return VLOAD_PART((const T *)(const void *)p, count);
+    return VLOAD_PART((const T *)(const void *)row + d, count);
 }
+
+/* CALL(type) with the storage type as a constant, so that each type gets
+ * its own inlined loop (the double sets read only double). */
+#ifdef VLOAD_F16
+#define DISPATCH_TYPE(type, CALL)                                              \
+    switch (type) {                                                            \
+    case SDPA_FLOAT16:                                                         \
+        CALL(SDPA_FLOAT16);                                                    \
+        break;                                                                 \
+    case SDPA_BFLOAT16:                                                        \
+        CALL(SDPA_BFLOAT16);                                                   \
+        break;                                                                 \
+    case SDPA_FP8_E4M3:                                                        \
+        CALL(SDPA_FP8_E4M3);                                                   \
+        break;                                                                 \
+    case SDPA_FP8_E5M2:                                                        \
+        CALL(SDPA_FP8_E5M2);                                                   \
+        break;                                                                 \
+    case SDPA_Q8_0:                                                            \
+        CALL(SDPA_Q8_0);                                                       \
+        break;                                                                 \
+    case SDPA_Q4_0:                                                            \
+        CALL(SDPA_Q4_0);                                                       \
+        break;                                                                 \
+    default:                                                                   \
+        CALL(OWN_TYPE);                                                        \
+    }
+#else
+#define DISPATCH_TYPE(type, CALL)                                              \
+    do {                                                                       \
+        (void)(type);                                                          \
+        CALL(OWN_TYPE);                                                        \
+    } while (0)
+#endif
 
 /* Bytes [lo, hi) of rows [from, to) (row j at base + j·st), a cache line
  * at a time, into L1. Only rows of the caller's block are named. */
@@ -293,14 +352,14 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
                             int64_t hj, const int type, const int R,
                             const int G)
 {
-    const int64_t es = (int64_t)NAME(elem_size)(type);
+    const int64_t row_bytes = ROW_BYTES(type, dim);
     const int KA = MIN_INT(G, KEYS_AT_ONCE(R));
     VT acc[4 * ACC_VECS];
     for (int g0 = 0; g0 < G; g0 += KA) {
         const char *k0 = kp + g0 * kst;
         if (g0 + PREFETCH_KEYS < pf_n)
             PREFETCH_ROWS(kp, kst, g0 + PREFETCH_KEYS,
-                          MIN_INT(g0 + PREFETCH_KEYS + KA, pf_n), 0, dim * es);
+                          MIN_INT(g0 + PREFETCH_KEYS + KA, pf_n), 0, row_bytes);
         for (int g = 0; hint && g < KA; g++)
             sdpa_prefetch_row(hint, hj + g0 + g);
         VT a[ACC_VECS], kv[ACC_VECS];
@@ -309,7 +368,7 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
         int64_t d = 0;
         for (; d + W <= dim; d += W) {
             for (int g = 0; g < KA; g++)
-                kv[g] = LOAD_W(k0 + g * kst + d * es, type);
+                kv[g] = LOAD_W(k0 + g * kst, d, type);
             for (int i = 0; i < R; i++) {
                 VT qv = VLOAD(q + i * ld_q + d);
                 for (int g = 0; g < KA; g++)
@@ -319,7 +378,7 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
         if (d < dim) { /* the last dim % W elements; the lanes past add 0 */
             const int count = (int)(dim - d);
             for (int g = 0; g < KA; g++)
-                kv[g] = LOAD_PART(k0 + g * kst + d * es, type, count);
+                kv[g] = LOAD_PART(k0 + g * kst, d, type, count);
             for (int i = 0; i < R; i++) {
                 VT qv = VLOAD_PART(q + i * ld_q + d, count);
                 for (int g = 0; g < KA; g++)
@@ -386,19 +445,10 @@ static void KERNEL_NAME(dot_rows)(const T *q, int64_t ld_q, int64_t rows,
                                   int64_t n, int64_t dim, T c, T *s,
                                   int64_t ld_s, const sdpa_row_prefetch *pf)
 {
-#ifdef VLOAD_F16
-    if (type == SDPA_FLOAT16) {
-        DOT_TYPED(q, ld_q, rows, k, ld_k, SDPA_FLOAT16, n, dim, c, s, ld_s, pf);
-        return;
-    }
-    if (type == SDPA_BFLOAT16) {
-        DOT_TYPED(q, ld_q, rows, k, ld_k, SDPA_BFLOAT16, n, dim, c, s, ld_s,
-                  pf);
-        return;
-    }
-#endif
-    (void)type;
-    DOT_TYPED(q, ld_q, rows, k, ld_k, OWN_TYPE, n, dim, c, s, ld_s, pf);
+#define DOT_CALL(TYPE)                                                         \
+    DOT_TYPED(q, ld_q, rows, k, ld_k, TYPE, n, dim, c, s, ld_s, pf)
+    DISPATCH_TYPE(type, DOT_CALL);
+#undef DOT_CALL
 }
 
 /* Where ACC_BLOCK prefetches: from row `base` (the sub-block's first),
@@ -411,16 +461,17 @@ typedef struct NAME(acc_prefetch) {
     int64_t hj;
 } NAME(acc_prefetch);
 
-/* acc[i·ld_a + l] += Σ_{j<n} p[i·ld_p + j] · V_j[l] for R rows i and the
- * S·W elements l of a slice (only the first `count` < W when part, S = 1),
- * V_j's slice at vp + j·vst bytes. The slice of acc stays in registers
- * over the keys; each V vector is loaded (and widened) once for R rows. */
+/* acc[i·ld_a + l] += Σ_{j<n} p[i·ld_p + j] · V_j[d0 + l] for R rows i and
+ * the S·W elements l of a slice (only the first `count` < W when part,
+ * S = 1), row V_j at vp + j·vst bytes. The slice of acc stays in
+ * registers over the keys; each V vector is loaded (and widened) once for
+ * R rows. */
 STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
-                             int64_t vst, int64_t n, T *acc, int64_t ld_a,
-                             NAME(acc_prefetch) pf, const int type, const int R,
-                             const int S, const bool part, int count)
+                             int64_t d0, int64_t vst, int64_t n, T *acc,
+                             int64_t ld_a, NAME(acc_prefetch) pf,
+                             const int type, const int R, const int S,
+                             const bool part, int count)
 {
-    const int64_t es = (int64_t)NAME(elem_size)(type);
     VT a[ACC_VECS];
     for (int i = 0; i < R; i++)
         for (int v = 0; v < S; v++)
@@ -433,8 +484,8 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
                           j + PREFETCH_KEYS + 1, pf.lo, pf.hi);
         VT vv[ACC_VECS];
         for (int v = 0; v < S; v++)
-            vv[v] = part ? LOAD_PART(vj, type, count)
-                         : LOAD_W(vj + v * W * es, type);
+            vv[v] = part ? LOAD_PART(vj, d0, type, count)
+                         : LOAD_W(vj, d0 + v * W, type);
         for (int i = 0; i < R; i++) {
             VT pj = VSET1(p[i * ld_p + j]);
             for (int v = 0; v < S; v++)
@@ -461,30 +512,29 @@ STREAM_INLINE void ACC_ROW_BLOCK(const T *p, int64_t ld_p, const char *vp,
                                  int64_t ld_a, NAME(acc_prefetch) pf,
                                  const int type, const int R)
 {
-    const int64_t es = (int64_t)NAME(elem_size)(type);
     const int most = MIN_INT(ACC_VECS / R, ACC_SLICE);
     int64_t d = 0;
     for (; d + most * W <= dim; d += most * W, pf.base = NULL, pf.hint = NULL)
-        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R,
-                  most, false, W);
-    if (most > 4 && d + 4 * W <= dim) {
-        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 4,
+        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, most,
                   false, W);
+    if (most > 4 && d + 4 * W <= dim) {
+        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, 4, false,
+                  W);
         d += 4 * W, pf.base = NULL, pf.hint = NULL;
     }
     if (most > 2 && d + 2 * W <= dim) {
-        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 2,
-                  false, W);
+        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, 2, false,
+                  W);
         d += 2 * W, pf.base = NULL, pf.hint = NULL;
     }
     if (most > 1 && d + W <= dim) {
-        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 1,
-                  false, W);
+        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, 1, false,
+                  W);
         d += W, pf.base = NULL, pf.hint = NULL;
     }
     if (d < dim)
-        ACC_BLOCK(p, ld_p, vp + d * es, vst, n, acc + d, ld_a, pf, type, R, 1,
-                  true, (int)(dim - d));
+        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, 1, true,
+                  (int)(dim - d));
 }
 
 /* Keys a sub-block at a time, about 16 KB of V, which stays in L1 while
@@ -501,8 +551,9 @@ STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
                              int64_t n, int64_t dim, T *acc, int64_t ld_a,
                              const sdpa_row_prefetch *hint)
 {
-    const int64_t es = (int64_t)NAME(elem_size)(type), vst = ld_v * es;
-    const int64_t row_bytes = dim * es > 0 ? dim * es : 1;
+    const int64_t vst = ld_v * (int64_t)NAME(elem_size)(type);
+    const int64_t row_bytes =
+        ROW_BYTES(type, dim) > 0 ? ROW_BYTES(type, dim) : 1;
     const int64_t sub = 16384 / row_bytes < 8 ? 8 : 16384 / row_bytes;
     const int64_t most4 = MIN_INT(ACC_VECS / 4, ACC_SLICE) * W;
     const int rmax = dim <= most4 ? 4 : ACC_VECS / ACC_SLICE >= 2 ? 2 : 1;
@@ -548,18 +599,10 @@ static void KERNEL_NAME(acc_rows)(const T *p, int64_t ld_p, int64_t rows,
                                   int64_t n, int64_t dim, T *acc, int64_t ld_a,
                                   const sdpa_row_prefetch *pf)
 {
-#ifdef VLOAD_F16
-    if (type == SDPA_FLOAT16) {
-        ACC_TYPED(p, ld_p, rows, v, ld_v, SDPA_FLOAT16, n, dim, acc, ld_a, pf);
-        return;
-    }
-    if (type == SDPA_BFLOAT16) {
-        ACC_TYPED(p, ld_p, rows, v, ld_v, SDPA_BFLOAT16, n, dim, acc, ld_a, pf);
-        return;
-    }
-#endif
-    (void)type;
-    ACC_TYPED(p, ld_p, rows, v, ld_v, OWN_TYPE, n, dim, acc, ld_a, pf);
+#define ACC_CALL(TYPE)                                                         \
+    ACC_TYPED(p, ld_p, rows, v, ld_v, TYPE, n, dim, acc, ld_a, pf)
+    DISPATCH_TYPE(type, ACC_CALL);
+#undef ACC_CALL
 }
 
 /* Widening and narrowing: W at a time, the tail (and T's own type, a
@@ -568,13 +611,12 @@ static void KERNEL_NAME(widen)(const void *src, int type, T *dst, int64_t n)
 {
     int64_t i = 0;
 #ifdef VLOAD_F16
-    const uint16_t *h = src;
-    if (type == SDPA_FLOAT16)
-        for (; i + W <= n; i += W)
-            VSTORE(dst + i, VLOAD_F16(h + i));
-    else if (type == SDPA_BFLOAT16)
-        for (; i + W <= n; i += W)
-            VSTORE(dst + i, VLOAD_BF16(h + i));
+    /* T's own type is a copy: the scalar code's memcpy */
+#define WIDEN_CALL(TYPE)                                                       \
+    for (; TYPE != OWN_TYPE && i + W <= n; i += W)                             \
+        VSTORE(dst + i, LOAD_W((const char *)src, i, TYPE));
+    DISPATCH_TYPE(type, WIDEN_CALL);
+#undef WIDEN_CALL
 #endif
     NAME(scalar_widen)(src, type, dst, i, n);
 }
@@ -654,6 +696,8 @@ const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
 #undef ACC_BLOCK
 #undef ACC_ROW_BLOCK
 #undef ACC_TYPED
+#undef ROW_BYTES
+#undef DISPATCH_TYPE
 /* The streaming kernels' ISA macros end here too (rows_simd_undef.h lists
  * the older ones). */
 #undef ACC_VECS
@@ -666,3 +710,7 @@ const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
 #undef VLOAD_BF16_PART
 #undef VSTORE_F16
 #undef VSTORE_BF16
+#undef VLOAD_E4M3
+#undef VLOAD_E5M2
+#undef VLOAD_Q8_0
+#undef VLOAD_Q4_0

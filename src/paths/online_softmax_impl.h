@@ -25,7 +25,8 @@ static sdpa_row_prefetch NAME(kv_prefetch)(const sdpa_problem *p,
                                            int64_t dim)
 {
     const int64_t es = (int64_t)sdpa_dtype_size(p->kv_type);
-    sdpa_row_prefetch pf = {NULL, view->stride[2] * es, 0, dim * es, NULL};
+    sdpa_row_prefetch pf = {NULL, view->stride[2] * es, 0,
+                            sdpa_kv_units(p, dim) * es, NULL};
     if (n > 0) {
         pf.base = sdpa_kv_row(p, view, b, hk, j);
         pf.rows = sdpa_kv_span(p, j, n);
@@ -45,7 +46,9 @@ static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
                                int64_t ld, T *kt)
 {
     const int64_t dk = p->dim_k;
-    int64_t k_ld = sdpa_row_stride(&p->k, dk);
+    int64_t k_ld = sdpa_row_stride(&p->k, sdpa_kv_units(p, dk));
+    /* an FP8 head's k_scale multiplies its scores (problem.h) */
+    const T scale = (T)(p->scale * sdpa_k_scale(p, blk->head_kv));
     if (plan->fused) {
         for (int64_t j = j0; j < j1;) {
             int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
@@ -62,7 +65,7 @@ static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
             rk->dot_rows(
                 q, q_ld, m_rows,
                 sdpa_kv_row(p, &p->k, blk->batch, blk->head_kv, kb + j), k_ld,
-                p->kv_type, span, dk, (T)p->scale, s_rows + j, ld, &next);
+                p->kv_type, span, dk, scale, s_rows + j, ld, &next);
             j += span;
         }
         return;
@@ -72,13 +75,13 @@ static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
                            j1 - j0, kt, &k_ld);
     if (m_rows <= GEMV_MAX_ROWS)
         for (int64_t r = 0; r < m_rows; r++)
-            GEMV(CblasRowMajor, CblasNoTrans, (int)(j1 - j0), (int)dk,
-                 (T)p->scale, k_run, (int)k_ld, q + r * q_ld, 1, (T)0,
-                 s_rows + r * ld + j0, 1);
+            GEMV(CblasRowMajor, CblasNoTrans, (int)(j1 - j0), (int)dk, scale,
+                 k_run, (int)k_ld, q + r * q_ld, 1, (T)0, s_rows + r * ld + j0,
+                 1);
     else
         GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m_rows,
-             (int)(j1 - j0), (int)dk, (T)p->scale, q, (int)q_ld, k_run,
-             (int)k_ld, (T)0, s_rows + j0, (int)ld);
+             (int)(j1 - j0), (int)dk, scale, q, (int)q_ld, k_run, (int)k_ld,
+             (T)0, s_rows + j0, (int)ld);
 }
 
 /* acc += P[:, j0:j1) V over keys kb + [j0, j1), likewise. */
@@ -90,7 +93,7 @@ static void NAME(block_values)(const sdpa_problem *p, const sdpa_plan *plan,
                                T *acc_rows, T *vt)
 {
     const int64_t dv = p->dim_v;
-    int64_t v_ld = sdpa_row_stride(&p->v, dv);
+    int64_t v_ld = sdpa_row_stride(&p->v, sdpa_kv_units(p, dv));
     if (plan->fused) {
         /* the last block: the keys of the block the worker likely runs
          * next, in another item (blk->next_*) */
@@ -383,7 +386,9 @@ int NAME(sdpa_finish_row)(const sdpa_problem *p, int64_t b, int64_t h,
     T lse = (T)-INFINITY;
     NAME(sdpa_store_diagnostics)(p, b, h, i, l, e);
     if (l > 0) {
-        bool finite = NAME(store_out_row)(p, b, h, i, acc, 1 / l);
+        /* an FP8 head's v_scale multiplies its outputs (problem.h) */
+        const T c = p->v_scale ? (T)sdpa_v_scale(p, h / p->group) / l : 1 / l;
+        bool finite = NAME(store_out_row)(p, b, h, i, acc, c);
         /* a non-finite value in a V row read (at an allowed key, or beside
          * one), or sums of values near the dtype's maximum that overflow
          * before the division by l: an error, never a silent inf or NaN */

@@ -134,8 +134,9 @@ static void NAME(mat_scores)(const sdpa_problem *p, const sdpa_plan *plan,
             const T *k = NAME(blas_kv_rows)(p, rk, &p->k, p->dim_k, m->b, m->hk,
                                             m->c0 + a, e - a, kt, &k_ld);
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m->rows,
-                 (int)(e - a), (int)p->dim_k, (T)p->scale, m->q, (int)m->q_ld,
-                 k, (int)k_ld, (T)0, m->s + a, (int)m->ld);
+                 (int)(e - a), (int)p->dim_k,
+                 (T)(p->scale * sdpa_k_scale(p, m->hk)), m->q, (int)m->q_ld, k,
+                 (int)k_ld, (T)0, m->s + a, (int)m->ld);
         }
 }
 
@@ -276,8 +277,8 @@ static int NAME(mat_values)(const sdpa_problem *p, const sdpa_plan *plan,
             const T *v = NAME(blas_kv_rows)(p, rk, &p->v, p->dim_v, m->b, m->hk,
                                             m->c0 + a, e - a, vt, &v_ld);
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m->rows,
-                 (int)p->dim_v, (int)(e - a), (T)1, m->s + a, (int)m->ld, v,
-                 (int)v_ld, beta, out, (int)out_ld);
+                 (int)p->dim_v, (int)(e - a), (T)sdpa_v_scale(p, m->hk),
+                 m->s + a, (int)m->ld, v, (int)v_ld, beta, out, (int)out_ld);
             beta = 1;
         }
     for (int64_t r = 0; r < m->rows; r++) {

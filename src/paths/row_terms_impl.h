@@ -81,12 +81,14 @@ static inline void NAME(stage_kv_rows)(const sdpa_problem *p,
                                        int64_t n, T *dst,
                                        const NAME(sdpa_row_kernels) * rk)
 {
-    const int64_t ld = sdpa_row_stride(view, dim);
+    /* strides in the view's units: blocks for a block type */
+    const int64_t units = sdpa_kv_units(p, dim);
+    const int64_t ld = sdpa_row_stride(view, units);
     const size_t es = sdpa_dtype_size(p->kv_type);
     for (int64_t x = 0; x < n;) {
         int64_t span = sdpa_kv_span(p, j + x, n - x);
         const char *src = sdpa_kv_row(p, view, b, h, j + x);
-        if (ld == dim) /* the span's rows are one array */
+        if (ld == units) /* the span's rows are one array */
             rk->widen(src, p->kv_type, dst + x * dim, span * dim);
         else
             for (int64_t r = 0; r < span; r++)

@@ -148,7 +148,10 @@ MIN_SIZE(sdpa_forward_args, 936);
 OFFSET(sdpa_forward_args, dropout_p, 936);
 OFFSET(sdpa_forward_args, dropout_seed, 944);
 OFFSET(sdpa_forward_args, dropout_offset, 952);
-MIN_SIZE(sdpa_forward_args, 960);
+/* appended in 1.2: the FP8 K/V scales */
+OFFSET(sdpa_forward_args, k_scale, 960);
+OFFSET(sdpa_forward_args, v_scale, 968);
+MIN_SIZE(sdpa_forward_args, 976);
 /* new in 1.1 */
 OFFSET(sdpa_backward_args, struct_size, 0);
 MIN_SIZE(sdpa_backward_args, 952);

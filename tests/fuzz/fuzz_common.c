@@ -397,7 +397,7 @@ void fz_apply_options(sdpa_ctx *ctx, int first)
 /* ------------------------------------------------------------------------ */
 int fz_documented(int st)
 {
-    return st >= 0 && st <= SDPA_ERR_BAD_DROPOUT;
+    return st >= 0 && st <= SDPA_ERR_BAD_KV_SCALE;
 }
 
 /* "1,5,7" */

@@ -857,7 +857,7 @@ static int decode_dtype(unsigned v, fz_sset *errs)
 /* kv_dtype / bias_dtype: 0 (dtype's), a type, dtype itself, a bad value */
 static int decode_sub_dtype(unsigned v, int dtype, fz_sset *errs)
 {
-    static const int bad[6] = {5, -1, 7, INT_MAX, INT_MIN, 100};
+    static const int bad[6] = {9, -1, 99, INT_MAX, INT_MIN, 100};
     switch (v % 8) {
     case 2:
         return SDPA_FLOAT32;
