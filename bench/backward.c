@@ -1035,8 +1035,11 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
             const char *comma = strchr(p, ',');
             size_t tok = comma ? (size_t)(comma - p) : strlen(p);
             /* the backward reads contiguous K/V: no paged shape (Ph);
-             * decode shapes (Gh, ...) are no training step */
-            bool skipped = shapes[i].page || shapes[i].decode;
+             * decode shapes (Gh, ...) are no training step; quantized
+             * K/V (Aq8) is no training input */
+            const int kv = shapes[i].kv_type;
+            const bool quantized = kv >= SDPA_FP8_E4M3 && kv <= SDPA_Q4_0;
+            bool skipped = shapes[i].page || shapes[i].decode || quantized;
             if (tok == len && strncasecmp(p, shapes[i].name, len) == 0) {
                 if (shapes[i].ragged)
                     fprintf(stderr,
@@ -1050,6 +1053,8 @@ int bench_backward_run(const bench_env *env, const bench_backward_opts *o)
                             shapes[i].name,
                             shapes[i].page ? "paged K/V: sdpa_backward "
                                              "reads contiguous K/V"
+                            : quantized    ? "quantized K/V: sdpa_backward "
+                                             "takes float and half types"
                                            : "a decode shape");
                 else
                     sel[nsel++] = &shapes[i];

@@ -164,6 +164,10 @@ int bench_storage_init(bench_data *d);
 void bench_storage_free(bench_data *d);
 /* Bytes of one element of a storage type (SDPA_FLOAT*). */
 size_t bench_type_size(int type);
+/* Bytes of count values of a storage type: count / 32 blocks of 34 or 18
+ * bytes for SDPA_Q8_0 / SDPA_Q4_0 (count a multiple of 32), one byte a
+ * value for FP8, else count · bench_type_size(type). */
+size_t bench_type_bytes(int type, size_t count);
 /* The float32 values x (count of them) rounded in place to be exact in
  * `type`, and their copy in `type` (bench_alloc'd; NULL for float32, when
  * x itself serves, or with *failed set when out of memory). */

@@ -138,6 +138,29 @@ static const bench_shape suite[] = {
              "G8", 0.55),
     DECODE_G("Ph", "Gh over a paged float16 cache, 16-key pages, shuffled", 32,
              SDPA_FLOAT16, 16, "Gh", 1.1),
+    /* 1.2: quantized caches (storage.c quantizes the inputs), against Gh
+     * in their rounds: the bytes read are 34/64, 1/2 and 18/64 of Gh's */
+    DECODE_G("Gq8", "G with ggml Q8_0 K/V blocks (q, out float32)", 32,
+             SDPA_Q8_0, 0, "Gh", 0.6),
+    DECODE_G("Gq4", "G with ggml Q4_0 K/V blocks (q, out float32)", 32,
+             SDPA_Q4_0, 0, "Gh", 0.35),
+    DECODE_G("Gf8", "G with FP8 E4M3 K/V (q, out float32)", 32, SDPA_FP8_E4M3,
+             0, "Gh", 0.55),
+    DECODE_G("Pq8", "Gq8 over a paged Q8_0 cache, 16-key pages, shuffled", 32,
+             SDPA_Q8_0, 16, "Gq8", 1.1),
+    {.name = "Aq8",
+     .what = "A with ggml Q8_0 K/V blocks (q, out float32)",
+     .dtype = SDPA_FLOAT32,
+     .n = 1,
+     .hq = 8,
+     .hkv = 8,
+     .tq = 1024,
+     .tk = 1024,
+     .dk = 64,
+     .dv = 64,
+     .kv_type = SDPA_Q8_0,
+     .ref = "A",
+     .ref_target = 1.2},
     /* 1.2: a training step's attention with dropout 0.1, in A's rounds */
     {.name = "Ad",
      .what = "A with dropout_p 0.1 (Philox mask, weights scaled by 1/0.9)",
@@ -314,8 +337,9 @@ double bench_shape_flops(const bench_shape *s)
 double bench_shape_kv_bytes(const bench_shape *s)
 {
     int kv = s->kv_type ? s->kv_type : s->dtype; /* bytes as stored */
-    return (double)s->hkv * (double)(s->dk + s->dv) *
-           (double)bench_type_size(kv) * sum_kv_len(s);
+    return (double)s->hkv *
+           (double)bench_type_bytes(kv, (size_t)(s->dk + s->dv)) *
+           sum_kv_len(s);
 }
 
 size_t bench_elem_size(int dtype)

@@ -1,8 +1,9 @@
-/* The half-precision and paged shapes (Gh, Gb, G8h, Ah, Ph): what an
- * inference engine hands libsdpa. Their inputs are first rounded to values
- * the storage type holds exactly, so that the float32 naive baseline, run
- * on the same values, is the reference; libsdpa gets typed copies (and a
- * page pool with a shuffled block table). Pages are head-major,
+/* The half-precision, quantized and paged shapes (Gh, Gb, G8h, Ah, Ph,
+ * Gq8, Gq4, Gf8, Pq8, Aq8): what an inference engine hands libsdpa. Their
+ * inputs are first rounded to values the storage type holds exactly
+ * (quantized by ggml's reference method for Q8_0 and Q4_0), so that the float32
+ * naive baseline, run on the same values, is the reference; libsdpa gets typed
+ * copies (and a page pool with a shuffled block table). Pages are head-major,
  * [page][head][slot][dim] (vLLM's blocks keep a head's keys together
  * too): a head's page is one contiguous run of rows. The slot-major
  * layout [page][slot][head][dim] (FlashAttention's k_cache) is also
@@ -23,6 +24,21 @@ size_t bench_type_size(int type)
         return 2;
     default:
         return 4;
+    }
+}
+
+size_t bench_type_bytes(int type, size_t count)
+{
+    switch (type) {
+    case SDPA_Q8_0:
+        return count / 32 * 34;
+    case SDPA_Q4_0:
+        return count / 32 * 18;
+    case SDPA_FP8_E4M3:
+    case SDPA_FP8_E5M2:
+        return count;
+    default:
+        return count * bench_type_size(type);
     }
 }
 
@@ -75,10 +91,95 @@ float bench_half_value(uint16_t h, int type)
     return h & 0x8000u ? -v : v;
 }
 
+/* The quantized types, written from their formats (include/sdpa.h), not
+ * from the library's code. E4M3 (bias 7, 3 mantissa bits, subnormals
+ * m · 2^-9; |x| < 4 here, far below its 448): x rounded to it, and its
+ * code. */
+static unsigned char e4m3_code(float *x)
+{
+    float a = fabsf(*x), v;
+    unsigned field, mant;
+    if (a < 0x1p-6f) {
+        v = nearbyintf(a * 512) / 512;
+        field = 0;
+        mant = (unsigned)(v * 512);
+    } else {
+        v = round_to(a, 4);
+        int e;
+        float m = frexpf(v, &e); /* v = m · 2^e, m in [0.5, 1) */
+        field = (unsigned)(e - 1 + 7);
+        mant = (unsigned)((2 * m - 1) * 8);
+    }
+    if (field == 0 && mant == 8) /* rounded up into the normals */
+        field = 1, mant = 0;
+    *x = *x < 0 ? -v : v;
+    return (unsigned char)((*x < 0 ? 0x80u : 0) | field << 3 | mant);
+}
+
+/* ggml's reference quantizers for 32 values (quantize_row_q8_0_ref,
+ * quantize_row_q4_0_ref), writing the block and the values it decodes to
+ * back into x (d rounded to float16, as stored). */
+static void q8_0_block(float *x, unsigned char *block)
+{
+    float amax = 0;
+    for (int i = 0; i < 32; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    const float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    const float d16 = round_to(d, 11);
+    const uint16_t bits = half_bits(d16, SDPA_FLOAT16);
+    memcpy(block, &bits, 2);
+    for (int i = 0; i < 32; i++) {
+        const int q = (int)nearbyintf(x[i] * id);
+        block[2 + i] = (unsigned char)(int8_t)q;
+        x[i] = d16 * (float)q;
+    }
+}
+
+static void q4_0_block(float *x, unsigned char *block)
+{
+    float amax = 0, max = 0;
+    for (int i = 0; i < 32; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    const float d = max / -8, id = d != 0 ? 1 / d : 0;
+    const float d16 = round_to(d, 11);
+    const uint16_t bits = half_bits(d16, SDPA_FLOAT16);
+    memcpy(block, &bits, 2);
+    int q[32];
+    for (int i = 0; i < 32; i++) {
+        const int v = (int)(x[i] * id + 8.5f);
+        q[i] = v < 15 ? v : 15;
+        x[i] = d16 * (float)(q[i] - 8);
+    }
+    for (int i = 0; i < 16; i++)
+        block[2 + i] = (unsigned char)(q[i] | q[i + 16] << 4);
+}
+
+static void *quant_copy(float *x, size_t count, int type, int *failed)
+{
+    unsigned char *c = bench_alloc(bench_type_bytes(type, count));
+    if (!c) {
+        *failed = 1;
+        return NULL;
+    }
+    if (type == SDPA_FP8_E4M3)
+        for (size_t i = 0; i < count; i++)
+            c[i] = e4m3_code(&x[i]);
+    else
+        for (size_t b = 0; b < count / 32; b++)
+            (type == SDPA_Q8_0 ? q8_0_block : q4_0_block)(
+                x + 32 * b, c + bench_type_bytes(type, 32) * b);
+    return c;
+}
+
 void *bench_typed_copy(float *x, size_t count, int type, int *failed)
 {
     if (type == 0 || type == SDPA_FLOAT32)
         return NULL;
+    if (type == SDPA_FP8_E4M3 || type == SDPA_Q8_0 || type == SDPA_Q4_0)
+        return quant_copy(x, count, type, failed);
     uint16_t *c = bench_alloc(count * sizeof *c);
     if (!c) {
         *failed = 1;
@@ -127,16 +228,17 @@ static void *page_pool(const void *src, int type, const bench_shape *s,
                        int64_t dim, const int32_t *table, int64_t per_seq,
                        int64_t pages)
 {
-    size_t es = bench_type_size(type);
-    size_t page_bytes = (size_t)(s->hkv * s->page * dim) * es;
+    /* rows as bytes: a quantized row is blocks, not elements */
+    const size_t row = bench_type_bytes(type, (size_t)dim);
+    size_t page_bytes = (size_t)(s->hkv * s->page) * row;
     char *pool = bench_alloc((size_t)pages * page_bytes);
     if (!pool)
         return NULL;
     memset(pool, 0xff, (size_t)pages * page_bytes); /* NaN if read */
     for (int64_t b = 0; b < s->n; b++)
         bench_scatter_pages(
-            pool, (const char *)src + (size_t)(b * s->hkv * s->tk * dim) * es,
-            es, s->hkv, s->tk, dim, s->tk, s->page, table + b * per_seq);
+            pool, (const char *)src + (size_t)(b * s->hkv * s->tk) * row, 1,
+            s->hkv, s->tk, (int64_t)row, s->tk, s->page, table + b * per_seq);
     return pool;
 }
 
@@ -159,9 +261,9 @@ static int make_pages(bench_data *d)
     d->k_lib = k;
     d->v_lib = v;
     d->k_lib_bytes =
-        (size_t)(pages * s->hkv * s->page * s->dk) * bench_type_size(kv);
+        bench_type_bytes(kv, (size_t)(pages * s->hkv * s->page * s->dk));
     d->v_lib_bytes =
-        (size_t)(pages * s->hkv * s->page * s->dv) * bench_type_size(kv);
+        bench_type_bytes(kv, (size_t)(pages * s->hkv * s->page * s->dv));
     if (!k || !v)
         return -1;
     sdpa_forward_args *a = &d->args;
@@ -190,8 +292,8 @@ int bench_storage_init(bench_data *d)
     d->q_lib = bench_typed_copy(d->q, nq, s->io_type, &failed);
     d->k_lib = bench_typed_copy(d->k, nk, s->kv_type, &failed);
     d->v_lib = bench_typed_copy(d->v, nv, s->kv_type, &failed);
-    d->k_lib_bytes = d->k_lib ? nk * bench_type_size(s->kv_type) : 0;
-    d->v_lib_bytes = d->v_lib ? nv * bench_type_size(s->kv_type) : 0;
+    d->k_lib_bytes = d->k_lib ? bench_type_bytes(s->kv_type, nk) : 0;
+    d->v_lib_bytes = d->v_lib ? bench_type_bytes(s->kv_type, nv) : 0;
     if (failed)
         return -1;
     sdpa_forward_args *a = &d->args;
