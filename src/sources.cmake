@@ -52,3 +52,18 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64|i[3-6]86")
     PROPERTIES COMPILE_OPTIONS
     "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512dq;-mavx512bw;-mavx512vl")
 endif()
+
+# The decode kernels' prefetching, for sensitivity runs (docs/PERFORMANCE.md):
+# SDPA_PREFETCH_KEYS (CMakeLists.txt) keys ahead when several query rows
+# read a block (0: no such prefetch), SDPA_PREFETCH_HINTS whether the rows
+# the caller reads next are prefetched (rows.h).
+if(SDPA_PREFETCH_HINTS)
+  set(_sdpa_hints 1)
+else()
+  set(_sdpa_hints 0)
+endif()
+set_property(SOURCE ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx2.c
+  ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx512.c
+  ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_portable.c
+  APPEND PROPERTY COMPILE_DEFINITIONS
+  SDPA_PREFETCH_KEYS=${SDPA_PREFETCH_KEYS} SDPA_PREFETCH_HINTS=${_sdpa_hints})

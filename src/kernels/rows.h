@@ -119,9 +119,16 @@ typedef struct sdpa_row_prefetch {
  * pass's prefetches of V the same way was slower (2.41-2.46 ms). */
 extern int64_t sdpa_prefetch_pace_zero;
 
-/* Row j of pf and of the hints it chains, where they name one. */
+/* Row j of pf and of the hints it chains, where they name one. A build
+ * with SDPA_PREFETCH_HINTS 0 (CMakeLists.txt, for sensitivity runs)
+ * prefetches none. */
+#ifndef SDPA_PREFETCH_HINTS
+#define SDPA_PREFETCH_HINTS 1
+#endif
 static inline void sdpa_prefetch_row(const sdpa_row_prefetch *pf, int64_t j)
 {
+    if (!SDPA_PREFETCH_HINTS)
+        return;
     for (; pf; pf = pf->also)
         if (j < pf->rows)
             for (int64_t off = 0; off < pf->bytes; off += 64)

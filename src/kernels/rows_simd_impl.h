@@ -208,8 +208,12 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
 /* Vectors of one acc row that ACC_BLOCK keeps in registers at most. */
 #define ACC_SLICE MIN_INT(ACC_VECS, 8)
 /* How far ahead (in keys) several query rows prefetch: 4 KB of float32
- * rows of 128; 4 to 32 measured, 8 best. */
-#define PREFETCH_KEYS 8
+ * rows of 128; 4 to 32 measured, 8 best. The build sets it
+ * (SDPA_PREFETCH_KEYS in CMakeLists.txt; 0 turns it off). */
+#ifndef SDPA_PREFETCH_KEYS
+#define SDPA_PREFETCH_KEYS 8
+#endif
+#define PREFETCH_KEYS SDPA_PREFETCH_KEYS
 /* 0, computed from x: added to a prefetch's row index, it makes the
  * prefetch wait for x in hardware (sdpa_prefetch_pace_zero, rows.h). */
 #define PACE(x) ((int64_t)VM_ANY(VCMP_UNORD(x, x)) & sdpa_prefetch_pace_zero)
@@ -357,7 +361,7 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
     VT acc[4 * ACC_VECS];
     for (int g0 = 0; g0 < G; g0 += KA) {
         const char *k0 = kp + g0 * kst;
-        if (g0 + PREFETCH_KEYS < pf_n)
+        if (PREFETCH_KEYS > 0 && g0 + PREFETCH_KEYS < pf_n)
             PREFETCH_ROWS(kp, kst, g0 + PREFETCH_KEYS,
                           MIN_INT(g0 + PREFETCH_KEYS + KA, pf_n), 0, row_bytes);
         for (int g = 0; hint && g < KA; g++)
@@ -479,7 +483,7 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
                                 : VLOAD(acc + i * ld_a + v * W);
     for (int64_t j = 0; j < n; j++) {
         const char *vj = vp + j * vst;
-        if (pf.base && j + PREFETCH_KEYS < pf.n)
+        if (PREFETCH_KEYS > 0 && pf.base && j + PREFETCH_KEYS < pf.n)
             PREFETCH_ROWS(pf.base, vst, j + PREFETCH_KEYS,
                           j + PREFETCH_KEYS + 1, pf.lo, pf.hi);
         VT vv[ACC_VECS];
