@@ -54,8 +54,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64|i[3-6]86")
 endif()
 
 # The decode kernels' prefetching, for sensitivity runs (docs/PERFORMANCE.md):
-# SDPA_PREFETCH_KEYS (CMakeLists.txt) keys ahead when several query rows
-# read a block (0: no such prefetch), SDPA_PREFETCH_HINTS whether the rows
+# SDPA_PREFETCH_BYTES (CMakeLists.txt) bytes of rows ahead when several
+# query rows read a block (0: no such prefetch), SDPA_PREFETCH_HINTS whether the rows
 # the caller reads next are prefetched (rows.h).
 if(SDPA_PREFETCH_HINTS)
   set(_sdpa_hints 1)
@@ -66,4 +66,4 @@ set_property(SOURCE ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx2.c
   ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx512.c
   ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_portable.c
   APPEND PROPERTY COMPILE_DEFINITIONS
-  SDPA_PREFETCH_KEYS=${SDPA_PREFETCH_KEYS} SDPA_PREFETCH_HINTS=${_sdpa_hints})
+  SDPA_PREFETCH_BYTES=${SDPA_PREFETCH_BYTES} SDPA_PREFETCH_HINTS=${_sdpa_hints})

@@ -185,9 +185,11 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
  * front to back (measured on Zen 5: 81-98 % of a plain read's bandwidth
  * from DRAM, against 50 % with 4 keys interleaved). Several query rows
  * need the interleaved keys for enough independent sums, so they prefetch
- * the rows PREFETCH_KEYS ahead (in the first pass of dot_rows, spread over
- * all passes of acc_rows), which was worth 10 points there and cost as
- * much for one row.
+ * the rows PREFETCH_BYTES ahead (in the first pass of dot_rows, spread
+ * over all passes of acc_rows), which was worth 10 points there and cost
+ * as much for one row. The distance is in bytes, not keys, so that it is
+ * the same lead on memory whatever the row's type: 8 float32 rows of 128,
+ * 16 float16 ones, 57 of Q4_0 blocks.
  * The caller's hint (rows.h, sdpa_row_prefetch: the rows it reads next)
  * is prefetched one row per key by the pass that reads from memory, for
  * any number of rows; acc_rows paces its hint behind its own reads
@@ -207,13 +209,19 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
 #define KEYS_AT_ONCE(R) ((R) == 1 ? 1 : MIN_INT(ACC_VECS / (R), 4))
 /* Vectors of one acc row that ACC_BLOCK keeps in registers at most. */
 #define ACC_SLICE MIN_INT(ACC_VECS, 8)
-/* How far ahead (in keys) several query rows prefetch: 4 KB of float32
- * rows of 128; 4 to 32 measured, 8 best. The build sets it
- * (SDPA_PREFETCH_KEYS in CMakeLists.txt; 0 turns it off). */
-#ifndef SDPA_PREFETCH_KEYS
-#define SDPA_PREFETCH_KEYS 8
+/* How far ahead several query rows prefetch, in bytes of the rows read:
+ * 4 KB (8 float32 rows of 128: 4 to 32 of them measured on Zen 5, 8
+ * best). The build sets it (SDPA_PREFETCH_BYTES in CMakeLists.txt; 0
+ * turns it off). PREFETCH_AHEAD: that distance in rows of row_bytes, 2 to
+ * 64 of them (0: off). */
+#ifndef SDPA_PREFETCH_BYTES
+#define SDPA_PREFETCH_BYTES 4096
 #endif
-#define PREFETCH_KEYS SDPA_PREFETCH_KEYS
+#define PREFETCH_AHEAD(row_bytes)                                              \
+    (SDPA_PREFETCH_BYTES == 0 ? 0                                              \
+     : SDPA_PREFETCH_BYTES / (row_bytes) < 2                                   \
+         ? 2                                                                   \
+         : MIN_INT(SDPA_PREFETCH_BYTES / (row_bytes), 64))
 /* 0, computed from x: added to a prefetch's row index, it makes the
  * prefetch wait for x in hardware (sdpa_prefetch_pace_zero, rows.h). */
 #define PACE(x) ((int64_t)VM_ANY(VCMP_UNORD(x, x)) & sdpa_prefetch_pace_zero)
@@ -349,7 +357,7 @@ STREAM_INLINE void DOT_STORE(const VT *acc, const int R, const int G, T c, T *s,
  * keys g (key g at kp + g·kst bytes): KA = KEYS_AT_ONCE(R) neighbouring
  * keys at a time, their R·KA sums in registers over the dim, kept for
  * DOT_STORE. With pf_n > 0 (keys from kp in the block), the keys
- * PREFETCH_KEYS ahead are prefetched as it goes. */
+ * PREFETCH_AHEAD of their bytes ahead are prefetched as it goes. */
 STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
                             int64_t kst, int64_t dim, T c, T *s, int64_t ld_s,
                             int64_t pf_n, const sdpa_row_prefetch *hint,
@@ -358,12 +366,13 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
 {
     const int64_t row_bytes = ROW_BYTES(type, dim);
     const int KA = MIN_INT(G, KEYS_AT_ONCE(R));
+    const int64_t ahead = row_bytes > 0 ? PREFETCH_AHEAD(row_bytes) : 0;
     VT acc[4 * ACC_VECS];
     for (int g0 = 0; g0 < G; g0 += KA) {
         const char *k0 = kp + g0 * kst;
-        if (PREFETCH_KEYS > 0 && g0 + PREFETCH_KEYS < pf_n)
-            PREFETCH_ROWS(kp, kst, g0 + PREFETCH_KEYS,
-                          MIN_INT(g0 + PREFETCH_KEYS + KA, pf_n), 0, row_bytes);
+        if (ahead > 0 && g0 + ahead < pf_n)
+            PREFETCH_ROWS(kp, kst, g0 + ahead, MIN_INT(g0 + ahead + KA, pf_n),
+                          0, row_bytes);
         for (int g = 0; hint && g < KA; g++)
             sdpa_prefetch_row(hint, hj + g0 + g);
         VT a[ACC_VECS], kv[ACC_VECS];
@@ -456,11 +465,12 @@ static void KERNEL_NAME(dot_rows)(const T *q, int64_t ld_q, int64_t rows,
 }
 
 /* Where ACC_BLOCK prefetches: from row `base` (the sub-block's first),
- * rows up to n of the block, bytes [lo, hi) of each; base NULL: nowhere.
- * And the caller's hint, from its row hj on (NULL: none). */
+ * rows up to n of the block, bytes [lo, hi) of each, `ahead` rows ahead;
+ * base NULL or ahead 0: nowhere. And the caller's hint, from its row hj
+ * on (NULL: none). */
 typedef struct NAME(acc_prefetch) {
     const char *base;
-    int64_t n, lo, hi;
+    int64_t n, lo, hi, ahead;
     const sdpa_row_prefetch *hint;
     int64_t hj;
 } NAME(acc_prefetch);
@@ -483,9 +493,9 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
                                 : VLOAD(acc + i * ld_a + v * W);
     for (int64_t j = 0; j < n; j++) {
         const char *vj = vp + j * vst;
-        if (PREFETCH_KEYS > 0 && pf.base && j + PREFETCH_KEYS < pf.n)
-            PREFETCH_ROWS(pf.base, vst, j + PREFETCH_KEYS,
-                          j + PREFETCH_KEYS + 1, pf.lo, pf.hi);
+        if (pf.ahead > 0 && pf.base && j + pf.ahead < pf.n)
+            PREFETCH_ROWS(pf.base, vst, j + pf.ahead, j + pf.ahead + 1, pf.lo,
+                          pf.hi);
         VT vv[ACC_VECS];
         for (int v = 0; v < S; v++)
             vv[v] = part ? LOAD_PART(vj, d0, type, count)
@@ -546,7 +556,7 @@ STREAM_INLINE void ACC_ROW_BLOCK(const T *p, int64_t ld_p, const char *vp,
  * slices cover a value row, else 2 (or 1 if even those do not fit the
  * registers), so that the first pass over the sub-block, the one from
  * memory, reads whole rows where it can. With several rows, each row
- * block's first pass prefetches its share of the rows PREFETCH_KEYS
+ * block's first pass prefetches its share of the rows PREFETCH_AHEAD
  * ahead, so that the prefetches go on while the later passes work from
  * L1. acc is loaded and stored once per sub-block and slice; the sums'
  * order (sequential in j) is the same as without sub-blocks. */
@@ -572,7 +582,9 @@ STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
         const char *vp = (const char *)v + j0 * vst;
         /* the first row block's first pass prefetches (pf.hint is
          * cleared after it) */
-        NAME(acc_prefetch) pf = {several ? vp : NULL, n - j0, 0, 0, hint, j0};
+        NAME(acc_prefetch)
+        pf = {several ? vp : NULL,       n - j0, 0, 0,
+              PREFETCH_AHEAD(row_bytes), hint,   j0};
         int64_t r = 0, b = 0;
         /* block b prefetches the lines [b, b + 1)·row_bytes / blocks */
 #define SHARE(b) ((b) == blocks ? row_bytes : (b)*row_bytes / blocks / 64 * 64)
@@ -689,7 +701,7 @@ const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
 #undef MIN_INT
 #undef KEYS_AT_ONCE
 #undef ACC_SLICE
-#undef PREFETCH_KEYS
+#undef PREFETCH_AHEAD
 #undef LOAD_W
 #undef LOAD_PART
 #undef PREFETCH_ROWS
