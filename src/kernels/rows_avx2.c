@@ -245,29 +245,28 @@ static inline __m256 block_d(const unsigned char *block)
     memcpy(&d, block, sizeof d);
     return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
 }
-static inline __m256 q8_0_to_f32(const unsigned char *block, int k)
+static inline __m256 q8_0_to_f32(const unsigned char *block, int k, __m256 d)
 {
     const __m128i q =
         _mm_loadl_epi64((const __m128i *)(const void *)(block + 2 + k));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
-                         block_d(block));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
 }
 /* Values 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones:
  * 8 values from value k are bytes k % 16 .. k % 16 + 8. */
-static inline __m256 q4_0_to_f32(const unsigned char *block, int k)
+static inline __m256 q4_0_to_f32(const unsigned char *block, int k, __m256 d)
 {
     const __m256i b = _mm256_cvtepu8_epi32(
         _mm_loadl_epi64((const __m128i *)(const void *)(block + 2 + k % 16)));
     const __m256i q = k < 16 ? _mm256_and_si256(b, _mm256_set1_epi32(15))
                              : _mm256_srli_epi32(b, 4);
     return _mm256_mul_ps(
-        _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))),
-        block_d(block));
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))), d);
 }
 #define VLOAD_E4M3(p) e4m3_to_f32(p)
 #define VLOAD_E5M2(p) e5m2_to_f32(p)
-#define VLOAD_Q8_0(block, k) q8_0_to_f32(block, k)
-#define VLOAD_Q4_0(block, k) q4_0_to_f32(block, k)
+#define VLOAD_BLOCK_D(block) block_d(block)
+#define VLOAD_Q8_0(block, k, d) q8_0_to_f32(block, k, d)
+#define VLOAD_Q4_0(block, k, d) q4_0_to_f32(block, k, d)
 #include "kernels/rows_simd_impl.h"
 #include "kernels/rows_simd_undef.h"
 

@@ -252,28 +252,27 @@ static inline __m512 block_d(const unsigned char *block)
     memcpy(&d, block, sizeof d);
     return _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
 }
-static inline __m512 q8_0_to_f32(const unsigned char *block, int k)
+static inline __m512 q8_0_to_f32(const unsigned char *block, int k, __m512 d)
 {
     const __m128i q =
         _mm_loadu_si128((const __m128i *)(const void *)(block + 2 + k));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
-                         block_d(block));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
 }
 /* Values 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones. */
-static inline __m512 q4_0_to_f32(const unsigned char *block, int k)
+static inline __m512 q4_0_to_f32(const unsigned char *block, int k, __m512 d)
 {
     const __m512i b = _mm512_cvtepu8_epi32(
         _mm_loadu_si128((const __m128i *)(const void *)(block + 2)));
     const __m512i q = k == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15))
                              : _mm512_srli_epi32(b, 4);
     return _mm512_mul_ps(
-        _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8))),
-        block_d(block));
+        _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8))), d);
 }
 #define VLOAD_E4M3(p) e4m3_to_f32(p)
 #define VLOAD_E5M2(p) e5m2_to_f32(p)
-#define VLOAD_Q8_0(block, k) q8_0_to_f32(block, k)
-#define VLOAD_Q4_0(block, k) q4_0_to_f32(block, k)
+#define VLOAD_BLOCK_D(block) block_d(block)
+#define VLOAD_Q8_0(block, k, d) q8_0_to_f32(block, k, d)
+#define VLOAD_Q4_0(block, k, d) q4_0_to_f32(block, k, d)
 #include "kernels/rows_simd_impl.h"
 #include "kernels/rows_simd_undef.h"
 

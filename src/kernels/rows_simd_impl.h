@@ -9,8 +9,10 @@
  * only, VLOAD_F16 / VLOAD_BF16 (W halves widened), their _PART forms,
  * VSTORE_F16 / VSTORE_BF16 (W floats narrowed, half.h's bits) and the
  * quantized types' decoders (quant.h's bits): VLOAD_E4M3 / VLOAD_E5M2 (W
- * codes at p), VLOAD_Q8_0 / VLOAD_Q4_0 (W values of the block at p from
- * its value k, k a multiple of W); this file undefines those at its end. */
+ * codes at p), VLOAD_BLOCK_D (a block's float16 d on every lane) and
+ * VLOAD_Q8_0 / VLOAD_Q4_0 (W values of the block at p from its value k, k
+ * a multiple of W, with its d so loaded); this file undefines those at
+ * its end. */
 #include "kernels/rows_scalar_impl.h"
 
 /* KERNEL_NAME(mask_max) → sdpa_rows_avx2_mask_max_f32 and the like: each
@@ -229,6 +231,7 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
  * KERNEL_NAME(x)(...) statement for a declaration). */
 #define LOAD_W KERNEL_NAME(load_w)
 #define LOAD_PART KERNEL_NAME(load_part)
+#define LOAD_STEP KERNEL_NAME(load_step)
 #define PREFETCH_ROWS KERNEL_NAME(prefetch_rows)
 #define DOT_STORE KERNEL_NAME(dot_store)
 #define DOT_KEYS KERNEL_NAME(dot_keys)
@@ -245,8 +248,13 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
 /* Elements d .. d + W of the row of `type` at row, widened to T (d a
  * multiple of W); LOAD_PART: the first `count` (< W) of them, the other
  * lanes 0, nothing read past them. A block type's rows are whole blocks
- * (include/sdpa.h), so its loads are never partial. */
-STREAM_INLINE VT LOAD_W(const char *row, int64_t d, const int type)
+ * (include/sdpa.h), so its loads are never partial. *d_of_block holds the
+ * scale d of the block that element d is in, on every lane: taken from
+ * the block when `fresh`, else as the caller's previous load of the same
+ * block left it (a loop over a row loads it once a block, not once a
+ * vector: that conversion cost as much as the values' own). */
+STREAM_INLINE VT LOAD_W(const char *row, int64_t d, const int type,
+                        VT *d_of_block, bool fresh)
 {
 #ifdef VLOAD_F16
     const unsigned char *u = (const unsigned char *)row;
@@ -258,13 +266,41 @@ STREAM_INLINE VT LOAD_W(const char *row, int64_t d, const int type)
         return VLOAD_E4M3(u + d);
     if (type == SDPA_FP8_E5M2)
         return VLOAD_E5M2(u + d);
-    if (type == SDPA_Q8_0)
-        return VLOAD_Q8_0(u + d / 32 * SDPA_Q8_0_BYTES, (int)(d % 32));
-    if (type == SDPA_Q4_0)
-        return VLOAD_Q4_0(u + d / 32 * SDPA_Q4_0_BYTES, (int)(d % 32));
+    if (type == SDPA_Q8_0 || type == SDPA_Q4_0) {
+        /* d >= 0: shifts, not a signed division's five instructions */
+        const size_t bytes =
+            type == SDPA_Q8_0 ? SDPA_Q8_0_BYTES : SDPA_Q4_0_BYTES;
+        const unsigned char *block = u + ((size_t)d >> 5) * bytes;
+        const int k = (int)(d & 31);
+        if (fresh)
+            *d_of_block = VLOAD_BLOCK_D(block);
+        return type == SDPA_Q8_0 ? VLOAD_Q8_0(block, k, *d_of_block)
+                                 : VLOAD_Q4_0(block, k, *d_of_block);
+    }
 #endif
-    (void)type;
+    (void)type, (void)d_of_block, (void)fresh;
     return VLOAD((const T *)(const void *)row + d);
+}
+
+/* Values per step of a row loop that loads whole blocks (one block of a
+ * block type, else one vector), and LOAD_STEP: W of them from value k
+ * (< STEP_VALUES, a multiple of W) of the step at `at`, the block's d
+ * taken when `fresh` (as LOAD_W). Loops over steps keep a pointer per row
+ * instead of an address computed per vector. */
+#define STEP_VALUES(type) ((type) == SDPA_Q8_0 || (type) == SDPA_Q4_0 ? 32 : W)
+STREAM_INLINE VT LOAD_STEP(const char *at, int k, const int type,
+                           VT *d_of_block, bool fresh)
+{
+#ifdef VLOAD_F16
+    const unsigned char *u = (const unsigned char *)at;
+    if (type == SDPA_Q8_0 || type == SDPA_Q4_0) {
+        if (fresh)
+            *d_of_block = VLOAD_BLOCK_D(u);
+        return type == SDPA_Q8_0 ? VLOAD_Q8_0(u, k, *d_of_block)
+                                 : VLOAD_Q4_0(u, k, *d_of_block);
+    }
+#endif
+    return LOAD_W(at, k, type, d_of_block, fresh);
 }
 
 STREAM_INLINE VT LOAD_PART(const char *row, int64_t d, const int type,
@@ -278,7 +314,8 @@ STREAM_INLINE VT LOAD_PART(const char *row, int64_t d, const int type,
     if (type == SDPA_FP8_E4M3 || type == SDPA_FP8_E5M2) {
         unsigned char codes[W] = {0}; /* code 0 is +0 in both */
         memcpy(codes, row + d, (size_t)count);
-        return LOAD_W((const char *)codes, 0, type);
+        VT unused = VZERO();
+        return LOAD_W((const char *)codes, 0, type, &unused, true);
     }
     if (type == SDPA_Q8_0 || type == SDPA_Q4_0)
         return VZERO(); /* never: whole blocks */
@@ -375,18 +412,26 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
                           0, row_bytes);
         for (int g = 0; hint && g < KA; g++)
             sdpa_prefetch_row(hint, hj + g0 + g);
-        VT a[ACC_VECS], kv[ACC_VECS];
+        VT a[ACC_VECS], kv[ACC_VECS],
+            ds[4] = {VZERO(), VZERO(), VZERO(), VZERO()};
         for (int f = 0; f < R * KA; f++)
             a[f] = VZERO();
         int64_t d = 0;
-        for (; d + W <= dim; d += W) {
-            for (int g = 0; g < KA; g++)
-                kv[g] = LOAD_W(k0 + g * kst, d, type);
-            for (int i = 0; i < R; i++) {
-                VT qv = VLOAD(q + i * ld_q + d);
+        const int step = STEP_VALUES(type);
+        const int64_t step_bytes = ROW_BYTES(type, step);
+        const char *at[4] = {k0, k0 + kst, k0 + 2 * kst, k0 + 3 * kst};
+        for (; d + step <= dim; d += step) {
+            for (int w = 0; w < step; w += W) {
                 for (int g = 0; g < KA; g++)
-                    a[i * KA + g] = VFMA(qv, kv[g], a[i * KA + g]);
+                    kv[g] = LOAD_STEP(at[g], w, type, &ds[g], w == 0);
+                for (int i = 0; i < R; i++) {
+                    VT qv = VLOAD(q + i * ld_q + d + w);
+                    for (int g = 0; g < KA; g++)
+                        a[i * KA + g] = VFMA(qv, kv[g], a[i * KA + g]);
+                }
             }
+            for (int g = 0; g < KA; g++)
+                at[g] += step_bytes;
         }
         if (d < dim) { /* the last dim % W elements; the lanes past add 0 */
             const int count = (int)(dim - d);
@@ -496,10 +541,11 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
         if (pf.ahead > 0 && pf.base && j + pf.ahead < pf.n)
             PREFETCH_ROWS(pf.base, vst, j + pf.ahead, j + pf.ahead + 1, pf.lo,
                           pf.hi);
-        VT vv[ACC_VECS];
+        VT vv[ACC_VECS], ds = VZERO();
         for (int v = 0; v < S; v++)
             vv[v] = part ? LOAD_PART(vj, d0, type, count)
-                         : LOAD_W(vj, d0 + v * W, type);
+                         : LOAD_W(vj, d0 + v * W, type, &ds,
+                                  v == 0 || ((d0 + v * W) & 31) == 0);
         for (int i = 0; i < R; i++) {
             VT pj = VSET1(p[i * ld_p + j]);
             for (int v = 0; v < S; v++)
@@ -629,8 +675,8 @@ static void KERNEL_NAME(widen)(const void *src, int type, T *dst, int64_t n)
 #ifdef VLOAD_F16
     /* T's own type is a copy: the scalar code's memcpy */
 #define WIDEN_CALL(TYPE)                                                       \
-    for (; TYPE != OWN_TYPE && i + W <= n; i += W)                             \
-        VSTORE(dst + i, LOAD_W((const char *)src, i, TYPE));
+    for (VT ds = VZERO(); TYPE != OWN_TYPE && i + W <= n; i += W)              \
+        VSTORE(dst + i, LOAD_W((const char *)src, i, TYPE, &ds, (i & 31) == 0));
     DISPATCH_TYPE(type, WIDEN_CALL);
 #undef WIDEN_CALL
 #endif
@@ -704,6 +750,7 @@ const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
 #undef PREFETCH_AHEAD
 #undef LOAD_W
 #undef LOAD_PART
+#undef LOAD_STEP
 #undef PREFETCH_ROWS
 #undef DOT_STORE
 #undef DOT_KEYS
@@ -713,6 +760,7 @@ const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
 #undef ACC_ROW_BLOCK
 #undef ACC_TYPED
 #undef ROW_BYTES
+#undef STEP_VALUES
 #undef DISPATCH_TYPE
 /* The streaming kernels' ISA macros end here too (rows_simd_undef.h lists
  * the older ones). */
@@ -730,3 +778,4 @@ const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
 #undef VLOAD_E5M2
 #undef VLOAD_Q8_0
 #undef VLOAD_Q4_0
+#undef VLOAD_BLOCK_D
