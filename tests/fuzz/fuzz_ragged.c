@@ -210,8 +210,11 @@ static void decode_types(cfg *c)
     c->dtype = q_types[qv % 8];
     if (qv % 8 == 7)
         c->dtype = bad[(qv >> 3) % 4];
+    /* the last: the first value past the known types (quantized K/V are
+     * fuzz_storage's) */
+    enum { PAST = SDPA_Q4_0 + 1 };
     static const int kv_types[8] = {
-        0, 0, 0, SDPA_FLOAT32, SDPA_FLOAT16, SDPA_BFLOAT16, SDPA_FLOAT64, 7};
+        0, 0, 0, SDPA_FLOAT32, SDPA_FLOAT16, SDPA_BFLOAT16, SDPA_FLOAT64, PAST};
     c->kv_field = kv_types[kv % 8];
     const int kv_eff = c->kv_field ? c->kv_field : c->dtype;
     const int q_ok = c->dtype >= SDPA_FLOAT32 && c->dtype <= SDPA_BFLOAT16;
