@@ -42,6 +42,7 @@
 
 #include "checks.h"
 #include "half_codec.h"
+#include "quant_codec.h"
 #include "kernels/cpu.h"
 #include "kernels/rows.h"
 #include "reference.h"
@@ -73,74 +74,11 @@ static const char *type_name(int type)
     }
 }
 
-static bool is_block(int type)
-{
-    return type == SDPA_Q8_0 || type == SDPA_Q4_0;
-}
-
-/* Bytes of one block (32 values), or of one FP8 value. */
-static size_t unit_bytes(int type)
-{
-    return type == SDPA_Q8_0 ? 34 : type == SDPA_Q4_0 ? 18 : 1;
-}
-
-static int unit_values(int type)
-{
-    return is_block(type) ? 32 : 1;
-}
-
 static uint32_t bits_of(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
-}
-
-/* ---- Decoders from the formats' descriptions --------------------------- */
-
-/* An OCP 8-bit float: sign, `eb` exponent bits of bias 2^(eb-1) - 1, the
- * rest mantissa; exponent 0 subnormal. E4M3 has NaN only at S.1111.111 and
- * no infinity; E5M2 follows IEEE 754 (all-ones exponent: inf when the
- * mantissa is 0, else NaN). */
-static double fp8_value(uint8_t code, int type)
-{
-    const int eb = type == SDPA_FP8_E4M3 ? 4 : 5;
-    const int mb = 7 - eb, bias = (1 << (eb - 1)) - 1;
-    const int e = (code >> mb) & ((1 << eb) - 1), m = code & ((1 << mb) - 1);
-    double v;
-    if (type == SDPA_FP8_E4M3 && e == 15 && m == 7)
-        v = NAN;
-    else if (type == SDPA_FP8_E5M2 && e == 31)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp(m, 1 - bias - mb);
-    else
-        v = ldexp(m + (1 << mb), e - bias - mb);
-    return code & 0x80 ? -v : v;
-}
-
-/* Value i (< 32) of a ggml block: a little-endian float16 d, then the
- * quants: Q8_0 32 int8 q (d · q[i]); Q4_0 16 bytes, values 0..15 their
- * low nibbles and 16..31 their high ones, each minus 8 (d · (n − 8)). */
-static double block_value(const unsigned char *block, int type, int i)
-{
-    const double d =
-        half_codec_value((uint16_t)(block[0] | block[1] << 8), SDPA_FLOAT16);
-    int q;
-    if (type == SDPA_Q8_0)
-        q = block[2 + i] < 128 ? block[2 + i] : block[2 + i] - 256;
-    else
-        q = (i < 16 ? block[2 + i] % 16 : block[2 + i - 16] / 16) - 8;
-    return d * q;
-}
-
-/* Value i of an array of `type` (blocks from its start). */
-static double quant_value(const unsigned char *base, int type, int64_t i)
-{
-    if (!is_block(type))
-        return fp8_value(base[i], type);
-    return block_value(base + (size_t)(i / 32) * unit_bytes(type), type,
-                       (int)(i % 32));
 }
 
 /* Does the float f stand for v (sign of zero included; NaN for NaN)? */
@@ -152,11 +90,6 @@ static bool float_is(float f, double v)
 }
 
 /* ---- Random codes and blocks ------------------------------------------- */
-
-static bool fp8_finite(uint8_t c, int type)
-{
-    return type == SDPA_FP8_E4M3 ? (c & 0x7f) != 0x7f : (c & 0x7c) != 0x7c;
-}
 
 /* A float16 pattern for a block's d: a normal of exponent field in [lo,
  * hi] and either sign, now and then a subnormal or a zero. */
@@ -177,19 +110,19 @@ static void fill_random(unsigned char *u, int type, size_t units, rng *r,
                         int lo, int hi)
 {
     for (size_t k = 0; k < units; k++) {
-        unsigned char *p = u + k * unit_bytes(type);
-        if (!is_block(type)) {
+        unsigned char *p = u + k * quant_codec_unit_bytes(type);
+        if (!quant_codec_is_block(type)) {
             uint8_t c;
             do
                 c = (uint8_t)rng_next(r);
-            while (!fp8_finite(c, type));
+            while (!quant_codec_fp8_finite(c, type));
             p[0] = c;
             continue;
         }
         const uint16_t d = random_d(r, lo, hi);
         p[0] = (unsigned char)(d & 0xff);
         p[1] = (unsigned char)(d >> 8);
-        for (size_t i = 2; i < unit_bytes(type); i++)
+        for (size_t i = 2; i < quant_codec_unit_bytes(type); i++)
             p[i] = (unsigned char)rng_next(r);
     }
 }
@@ -209,7 +142,7 @@ static void test_fp8_all_codes(void **state)
                          SDPA_OK);
         int nans = 0, infs = 0;
         for (int c = 0; c < 256; c++) {
-            const double want = fp8_value((uint8_t)c, type);
+            const double want = quant_codec_fp8((uint8_t)c, type);
             if (!float_is(got[c], want))
                 fail_msg("%s code 0x%02x: %a, expected %a", type_name(type), c,
                          (double)got[c], want);
@@ -248,17 +181,17 @@ static unsigned char *special_blocks(int type, size_t *blocks)
                                   0xfc00, 0x7e00, 0x7c01, 0xfe00};
     const size_t nd = sizeof ds / sizeof ds[0];
     const size_t n = nd + 200;
-    unsigned char *u = malloc(n * unit_bytes(type));
+    unsigned char *u = malloc(n * quant_codec_unit_bytes(type));
     assert_non_null(u);
     rng r = {(uint64_t)type * 977};
     fill_random(u, type, n, &r, 1, 30);
     for (size_t k = 0; k < nd; k++) {
-        u[k * unit_bytes(type)] = (unsigned char)(ds[k] & 0xff);
-        u[k * unit_bytes(type) + 1] = (unsigned char)(ds[k] >> 8);
+        u[k * quant_codec_unit_bytes(type)] = (unsigned char)(ds[k] & 0xff);
+        u[k * quant_codec_unit_bytes(type) + 1] = (unsigned char)(ds[k] >> 8);
     }
     /* the extreme quants: -128 and 127, the nibbles 0 and 15 */
-    unsigned char *last = u + (n - 1) * unit_bytes(type);
-    for (size_t i = 2; i < unit_bytes(type); i++)
+    unsigned char *last = u + (n - 1) * quant_codec_unit_bytes(type);
+    for (size_t i = 2; i < quant_codec_unit_bytes(type); i++)
         last[i] = type == SDPA_Q8_0 ? (i % 2 ? 0x80 : 0x7f) : 0xf0;
     *blocks = n;
     return u;
@@ -277,14 +210,15 @@ static void test_blocks_decode(void **state)
         assert_int_equal(sdpa_convert(SDPA_FLOAT32, got, type, u, (int64_t)n),
                          SDPA_OK);
         for (size_t i = 0; i < n; i++) {
-            const double want = quant_value(u, type, (int64_t)i);
+            const double want = quant_codec_value(u, type, (int64_t)i);
             /* 0 · inf is NaN: any NaN; a zero's sign is d's times q's */
             if (!float_is(got[i], want))
                 fail_msg("%s block %zu value %zu: %a, expected %a",
                          type_name(type), i / 32, i % 32, (double)got[i], want);
         }
         /* ggml's layout spelled out on the block of extreme quants */
-        const unsigned char *last = u + (blocks - 1) * unit_bytes(type);
+        const unsigned char *last =
+            u + (blocks - 1) * quant_codec_unit_bytes(type);
         const float *lv = got + (blocks - 1) * 32;
         const double d =
             half_codec_value((uint16_t)(last[0] | last[1] << 8), SDPA_FLOAT16);
@@ -324,7 +258,7 @@ static void test_kernel_sets_decode(void **state)
         const int type = quant_types[t];
         size_t units;
         unsigned char *u;
-        if (is_block(type)) {
+        if (quant_codec_is_block(type)) {
             u = special_blocks(type, &units);
         } else {
             units = 1024;
@@ -333,7 +267,7 @@ static void test_kernel_sets_decode(void **state)
             for (size_t i = 0; i < units; i++)
                 u[i] = (unsigned char)(i * 7 + i / 256);
         }
-        const size_t n = units * (size_t)unit_values(type);
+        const size_t n = units * (size_t)quant_codec_unit_values(type);
         float *want = malloc(n * sizeof *want);
         float *got = malloc((n + 8) * sizeof *got);
         assert_non_null(want);
@@ -352,14 +286,14 @@ static void test_kernel_sets_decode(void **state)
                              type_name(type), kernel_sets[k].name, i,
                              (unsigned)bits_of(got[i]),
                              (unsigned)bits_of(want[i]));
-            const int step = unit_values(type);
+            const int step = quant_codec_unit_values(type);
             for (int len = 0; len <= 4 * 32 + 7; len += step)
                 for (int so = 0; so < 3; so++)
                     for (int d_o = 0; d_o < 4; d_o++) {
                         for (size_t i = 0; i < (size_t)len + 8; i++)
                             got[i] = -12345.0f;
-                        ks->widen(u + (size_t)so * unit_bytes(type), type,
-                                  got + d_o, len);
+                        ks->widen(u + (size_t)so * quant_codec_unit_bytes(type),
+                                  type, got + d_o, len);
                         for (int i = 0; i < len + 8; i++) {
                             const bool in = i >= d_o && i < d_o + len;
                             const float w =
@@ -394,12 +328,6 @@ typedef struct qtensor {
     tbuf value;
 } qtensor;
 
-/* Byte offset of the unit that holds value offset o. */
-static size_t unit_at(int type, int64_t o)
-{
-    return (size_t)(o / unit_values(type)) * unit_bytes(type);
-}
-
 /* A [n, h, t, d] tensor of `type` in llama.cpp's layout ([t, h, d] per
  * item: BTHD) or BHTD, random units (block scales with exponent fields in
  * [lo, hi]), FP8 scales 2^-s with s per head. */
@@ -414,13 +342,15 @@ static void qtensor_make(qtensor *x, int type, int64_t n, int64_t h, int64_t t,
     x->t.stride[bthd ? 2 : 1] = bthd ? h * d : t * d;
     x->t.stride[0] = h * t * d;
     const size_t values = (size_t)(n * h * t * d);
-    x->bytes = values / (size_t)unit_values(type) * unit_bytes(type);
+    x->bytes = values / (size_t)quant_codec_unit_values(type) *
+               quant_codec_unit_bytes(type);
     x->mem = malloc(x->bytes);
     assert_non_null(x->mem);
-    fill_random(x->mem, type, x->bytes / unit_bytes(type), r, lo, hi);
+    fill_random(x->mem, type, x->bytes / quant_codec_unit_bytes(type), r, lo,
+                hi);
     x->t.data = x->mem;
     for (int64_t hh = 0; hh < h; hh++)
-        x->scale[hh] = is_block(type)
+        x->scale[hh] = quant_codec_is_block(type)
                            ? 1.0f
                            : ldexpf(1.0f + (float)hh / 8,
                                     type == SDPA_FP8_E4M3 ? -7 : -13);
@@ -431,8 +361,8 @@ static void qtensor_make(qtensor *x, int type, int64_t n, int64_t h, int64_t t,
                 for (int64_t e = 0; e < d; e++)
                     tset(&x->value, a, hh, j, e,
                          (double)x->scale[hh] *
-                             quant_value(x->mem, type,
-                                         toff(&x->t, a, hh, j, e)));
+                             quant_codec_value(x->mem, type,
+                                               toff(&x->t, a, hh, j, e)));
 }
 
 static void qtensor_free(qtensor *x)
@@ -501,7 +431,7 @@ static sdpa_forward_args problem_args(const problem *p, int dtype, void *q,
         a.lse = (sdpa_tensor){
             lse, {p->n, p->hq, p->tq, 1}, {p->hq * p->tq, p->tq, 1, 1}};
     a.kv_lens = p->with_lens ? p->lens : NULL;
-    if (!is_block(p->k.type)) {
+    if (!quant_codec_is_block(p->k.type)) {
         a.k_scale = p->k.scale;
         a.v_scale = p->v.scale;
     }
@@ -714,21 +644,22 @@ static pool make_pool(const problem *p, int64_t page, bool vllm, rng *r)
         t->stride[1] = vllm ? d : page * d;
         t->stride[2] = vllm ? h * d : d;
         t->stride[0] = h * page * d;
-        const size_t bytes = unit_at(type, pages * h * page * d);
+        const size_t bytes = quant_codec_unit_at(type, pages * h * page * d);
         *mem[x] = malloc(bytes);
         assert_non_null(*mem[x]);
         memset(*mem[x], 0xff, bytes);
         t->data = *mem[x];
-        const size_t row = unit_at(type, d);
+        const size_t row = quant_codec_unit_at(type, d);
         for (int64_t b = 0; b < p->n; b++)
             for (int64_t hh = 0; hh < h; hh++)
                 for (int64_t j = 0; j < p->tk; j++) {
                     const int64_t at =
                         pl.table[b * pl.stride + j / page] * t->stride[0] +
                         hh * t->stride[1] + (j % page) * t->stride[2];
-                    memcpy(*mem[x] + unit_at(type, at),
+                    memcpy(*mem[x] + quant_codec_unit_at(type, at),
                            src[x]->mem +
-                               unit_at(type, toff(&src[x]->t, b, hh, j, 0)),
+                               quant_codec_unit_at(
+                                   type, toff(&src[x]->t, b, hh, j, 0)),
                            row);
                 }
     }
@@ -814,7 +745,8 @@ static void test_paged_equals_contiguous(void **state)
  * E4M3, an infinity for E5M2, the block's d a NaN. */
 static void poison(qtensor *x, int64_t b, int64_t h, int64_t j, int64_t e)
 {
-    unsigned char *u = x->mem + unit_at(x->type, toff(&x->t, b, h, j, e));
+    unsigned char *u =
+        x->mem + quant_codec_unit_at(x->type, toff(&x->t, b, h, j, e));
     if (x->type == SDPA_FP8_E4M3)
         *u = 0x7f;
     else if (x->type == SDPA_FP8_E5M2)
@@ -911,7 +843,7 @@ static void test_refusals(void **state)
         /* scales: FP8 only, finite, above 0; the head named */
         static const float neg[2] = {1, -0.5f}, one[2] = {1, 1};
         b = a;
-        if (is_block(p.k.type)) {
+        if (quant_codec_is_block(p.k.type)) {
             b.v_scale = one;
             expect(ctx, &b, SDPA_ERR_BAD_KV_SCALE, "v_scale", out, n);
             /* rows are whole blocks; strides count values, whole blocks */

@@ -216,9 +216,9 @@ static inline void store_bf16(uint16_t *p, __m256 a)
 }
 #define VSTORE_BF16(p, a) store_bf16(p, a)
 /* The quantized K/V types (quant.h's bits), as in rows_avx512.c on 8
- * lanes: 8 FP8 codes as 16-bit lanes; E5M2 a float16's top byte; E4M3
- * placed in a float16 and scaled by 2^8, S.1111.111 made float16's quiet
- * NaN 0x7e00 first. */
+ * lanes: 8 FP8 codes as 16-bit lanes; E5M2 a float16's top byte; E4M3 as
+ * value / 2^8, its bits placed in a float16, S.1111.111 made float16's
+ * quiet NaN 0x7e00 of its sign. */
 static inline __m128i fp8_lanes(const unsigned char *p)
 {
     return _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
@@ -227,16 +227,16 @@ static inline __m256 e5m2_to_f32(const unsigned char *p)
 {
     return _mm256_cvtph_ps(_mm_slli_epi16(fp8_lanes(p), 8));
 }
-static inline __m256 e4m3_to_f32(const unsigned char *p)
+static inline __m256 e4m3_to_f32_scaled(const unsigned char *p)
 {
-    const __m128i c = fp8_lanes(p);
-    const __m128i sign =
-        _mm_slli_epi16(_mm_and_si128(c, _mm_set1_epi16(0x80)), 8);
-    const __m128i mag = _mm_and_si128(c, _mm_set1_epi16(0x7f));
-    const __m128i nan = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
-    __m128i h = _mm_or_si128(sign, _mm_slli_epi16(mag, 7));
-    h = _mm_blendv_epi8(h, _mm_or_si128(sign, _mm_set1_epi16(0x7e00)), nan);
-    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+    const __m128i c =
+        _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    const __m128i h =
+        _mm_and_si128(_mm_slli_epi16(c, 7), _mm_set1_epi16((short)0xbf80));
+    const __m128i nan = _mm_cmpeq_epi16(
+        _mm_and_si128(h, _mm_set1_epi16(0x3f80)), _mm_set1_epi16(0x3f80));
+    return _mm256_cvtph_ps(
+        _mm_add_epi16(h, _mm_and_si128(nan, _mm_set1_epi16(0x3e80))));
 }
 /* A block's float16 d on every lane (F16C). */
 static inline __m256 block_d(const unsigned char *block)
@@ -262,9 +262,9 @@ static inline __m256 q4_0_to_f32(const unsigned char *block, int k, __m256 d)
     return _mm256_mul_ps(
         _mm256_cvtepi32_ps(_mm256_sub_epi32(q, _mm256_set1_epi32(8))), d);
 }
-#define VLOAD_E4M3(p) e4m3_to_f32(p)
+#define VLOAD_E4M3(p) e4m3_to_f32_scaled(p)
 #define VLOAD_E5M2(p) e5m2_to_f32(p)
-#define VLOAD_BLOCK_D(block) block_d(block)
+#define VLOAD_BLOCK_D(block, type) block_d(block)
 #define VLOAD_Q8_0(block, k, d) q8_0_to_f32(block, k, d)
 #define VLOAD_Q4_0(block, k, d) q4_0_to_f32(block, k, d)
 #include "kernels/rows_simd_impl.h"

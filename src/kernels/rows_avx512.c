@@ -11,6 +11,7 @@
 #include "kernels/rows.h"
 #include "core/template.h"
 #include "kernels/vexp.h"
+#include "kernels/quant.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -220,10 +221,12 @@ static inline void store_bf16(uint16_t *p, __m512 a)
 }
 #define VSTORE_BF16(p, a) store_bf16(p, a)
 /* The quantized K/V types (quant.h's bits). 16 FP8 codes as 16-bit lanes;
- * E5M2 is a float16's top byte; E4M3 is placed in a float16 (sign, then
- * exponent and mantissa 3 bits lower: its bias 7 is float16's 15 minus 8)
- * and scaled by 2^8, exactly, subnormals included, with S.1111.111 made
- * float16's quiet NaN 0x7e00 first. */
+ * E5M2 is a float16's top byte. E4M3 is read as value / 2^8 (rows_simd_impl.h,
+ * STREAM_UNIT): its bits placed in a float16 (bias 7 is float16's 15 minus
+ * 8), exactly, subnormals included. Sign-extended to 16 bits and shifted by
+ * 7, a code has its sign on bit 15 (and a copy on bit 14, cleared) and its
+ * exponent and mantissa on bits 7..13; S.1111.111 then becomes float16's
+ * quiet NaN 0x7e00 of its sign (0x3f80 + 0x3e80, no carry into the sign). */
 static inline __m256i fp8_lanes(const unsigned char *p)
 {
     return _mm256_cvtepu8_epi16(
@@ -233,17 +236,17 @@ static inline __m512 e5m2_to_f32(const unsigned char *p)
 {
     return _mm512_cvtph_ps(_mm256_slli_epi16(fp8_lanes(p), 8));
 }
-static inline __m512 e4m3_to_f32(const unsigned char *p)
+static inline __m512 e4m3_to_f32_scaled(const unsigned char *p)
 {
-    const __m256i c = fp8_lanes(p);
-    const __m256i sign =
-        _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x80)), 8);
-    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi16(0x7f));
-    const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7f));
-    __m256i h = _mm256_or_si256(sign, _mm256_slli_epi16(mag, 7));
-    h = _mm256_mask_blend_epi16(
-        nan, h, _mm256_or_si256(sign, _mm256_set1_epi16(0x7e00)));
-    return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+    const __m256i c =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(c, 7),
+                                       _mm256_set1_epi16((short)0xbf80));
+    const __mmask16 nan =
+        _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x3f80)),
+                                _mm256_set1_epi16(0x3f80));
+    return _mm512_cvtph_ps(
+        _mm256_mask_add_epi16(h, nan, h, _mm256_set1_epi16(0x3e80)));
 }
 /* A block's float16 d on every lane (F16C). */
 static inline __m512 block_d(const unsigned char *block)
@@ -258,19 +261,29 @@ static inline __m512 q8_0_to_f32(const unsigned char *block, int k, __m512 d)
         _mm_loadu_si128((const __m128i *)(const void *)(block + 2 + k));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
 }
-/* Values 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones. */
-static inline __m512 q4_0_to_f32(const unsigned char *block, int k, __m512 d)
+/* Q4_0's 16 values d·(n − 8), n = 0..15, on the lanes n: a block's d
+ * takes the form of this table (VLOAD_BLOCK_D), from which vpermps picks
+ * a nibble's value by the low 4 bits of its lane, exactly (d·(n − 8) is a
+ * float32). Values 0..15 are the low nibbles of the 16 bytes, 16..31 the
+ * high ones. */
+static inline __m512 block_d_typed(const unsigned char *block, int type)
+{
+    const __m512 d = block_d(block);
+    if (type != SDPA_Q4_0)
+        return d;
+    return _mm512_mul_ps(d, _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1,
+                                           2, 3, 4, 5, 6, 7));
+}
+static inline __m512 q4_0_to_f32(const unsigned char *block, int k,
+                                 __m512 table)
 {
     const __m512i b = _mm512_cvtepu8_epi32(
         _mm_loadu_si128((const __m128i *)(const void *)(block + 2)));
-    const __m512i q = k == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15))
-                             : _mm512_srli_epi32(b, 4);
-    return _mm512_mul_ps(
-        _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8))), d);
+    return _mm512_permutexvar_ps(k == 0 ? b : _mm512_srli_epi32(b, 4), table);
 }
-#define VLOAD_E4M3(p) e4m3_to_f32(p)
+#define VLOAD_E4M3(p) e4m3_to_f32_scaled(p)
 #define VLOAD_E5M2(p) e5m2_to_f32(p)
-#define VLOAD_BLOCK_D(block) block_d(block)
+#define VLOAD_BLOCK_D(block, type) block_d_typed(block, type)
 #define VLOAD_Q8_0(block, k, d) q8_0_to_f32(block, k, d)
 #define VLOAD_Q4_0(block, k, d) q4_0_to_f32(block, k, d)
 #include "kernels/rows_simd_impl.h"

@@ -9,10 +9,11 @@
  * only, VLOAD_F16 / VLOAD_BF16 (W halves widened), their _PART forms,
  * VSTORE_F16 / VSTORE_BF16 (W floats narrowed, half.h's bits) and the
  * quantized types' decoders (quant.h's bits): VLOAD_E4M3 / VLOAD_E5M2 (W
- * codes at p), VLOAD_BLOCK_D (a block's float16 d on every lane) and
- * VLOAD_Q8_0 / VLOAD_Q4_0 (W values of the block at p from its value k, k
- * a multiple of W, with its d so loaded); this file undefines those at
- * its end. */
+ * codes at p; E4M3's values / 2^8, see STREAM_UNIT), VLOAD_BLOCK_D(p,
+ * type) (what a block's float16 d becomes in registers for its type: d on
+ * every lane, or a set's own form of it) and VLOAD_Q8_0 / VLOAD_Q4_0 (W
+ * values of the block at p from its value k, k a multiple of W, with its d
+ * so loaded); this file undefines those at its end. */
 #include "kernels/rows_scalar_impl.h"
 
 /* KERNEL_NAME(mask_max) → sdpa_rows_avx2_mask_max_f32 and the like: each
@@ -208,7 +209,7 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
 #define MIN_INT(a, b) ((a) < (b) ? (a) : (b))
 /* Keys side by side in DOT_KEYS for R rows: one for one row (reads in
  * order), else up to 4 (R·4 <= ACC_VECS independent sums). */
-#define KEYS_AT_ONCE(R) ((R) == 1 ? 1 : MIN_INT(ACC_VECS / (R), 4))
+#define KEYS_AT_ONCE(R) MIN_INT(ACC_VECS / (R), 4)
 /* Vectors of one acc row that ACC_BLOCK keeps in registers at most. */
 #define ACC_SLICE MIN_INT(ACC_VECS, 8)
 /* How far ahead several query rows prefetch, in bytes of the rows read:
@@ -245,6 +246,13 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
 #define ROW_BYTES(type, n)                                                     \
     ((n) / NAME(elem_values)(type) * (int64_t)NAME(elem_size)(type))
 
+/* What the loads below give of `type`, times STREAM_UNIT(type), is its
+ * value: E4M3's codes are read as value / 2^8 (their bits placed in a
+ * float16, whose exponent bias is 8 more), which saves a multiplication a
+ * vector; the kernels multiply their scalar factors instead (the dot's c,
+ * each weight p, widen's output), exactly: a power of two. */
+#define STREAM_UNIT(type) ((type) == SDPA_FP8_E4M3 ? (T)256 : (T)1)
+
 /* Elements d .. d + W of the row of `type` at row, widened to T (d a
  * multiple of W); LOAD_PART: the first `count` (< W) of them, the other
  * lanes 0, nothing read past them. A block type's rows are whole blocks
@@ -273,7 +281,7 @@ STREAM_INLINE VT LOAD_W(const char *row, int64_t d, const int type,
         const unsigned char *block = u + ((size_t)d >> 5) * bytes;
         const int k = (int)(d & 31);
         if (fresh)
-            *d_of_block = VLOAD_BLOCK_D(block);
+            *d_of_block = VLOAD_BLOCK_D(block, type);
         return type == SDPA_Q8_0 ? VLOAD_Q8_0(block, k, *d_of_block)
                                  : VLOAD_Q4_0(block, k, *d_of_block);
     }
@@ -295,7 +303,7 @@ STREAM_INLINE VT LOAD_STEP(const char *at, int k, const int type,
     const unsigned char *u = (const unsigned char *)at;
     if (type == SDPA_Q8_0 || type == SDPA_Q4_0) {
         if (fresh)
-            *d_of_block = VLOAD_BLOCK_D(u);
+            *d_of_block = VLOAD_BLOCK_D(u, type);
         return type == SDPA_Q8_0 ? VLOAD_Q8_0(u, k, *d_of_block)
                                  : VLOAD_Q4_0(u, k, *d_of_block);
     }
@@ -447,7 +455,7 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
             for (int g = 0; g < KA; g++)
                 acc[i * G + g0 + g] = a[i * KA + g];
     }
-    DOT_STORE(acc, R, G, c, s, ld_s);
+    DOT_STORE(acc, R, G, c * STREAM_UNIT(type), s, ld_s);
 }
 
 /* KG keys (from kp, pf_n keys left in the block) against every row: 4,
@@ -547,7 +555,7 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
                          : LOAD_W(vj, d0 + v * W, type, &ds,
                                   v == 0 || ((d0 + v * W) & 31) == 0);
         for (int i = 0; i < R; i++) {
-            VT pj = VSET1(p[i * ld_p + j]);
+            VT pj = VSET1(p[i * ld_p + j] * STREAM_UNIT(type));
             for (int v = 0; v < S; v++)
                 a[i * S + v] = VFMA(pj, vv[v], a[i * S + v]);
         }
@@ -676,7 +684,11 @@ static void KERNEL_NAME(widen)(const void *src, int type, T *dst, int64_t n)
     /* T's own type is a copy: the scalar code's memcpy */
 #define WIDEN_CALL(TYPE)                                                       \
     for (VT ds = VZERO(); TYPE != OWN_TYPE && i + W <= n; i += W)              \
-        VSTORE(dst + i, LOAD_W((const char *)src, i, TYPE, &ds, (i & 31) == 0));
+        VSTORE(dst + i,                                                        \
+               TYPE == SDPA_FP8_E4M3                                           \
+                   ? VMUL(LOAD_W((const char *)src, i, TYPE, &ds, false),      \
+                          VSET1(STREAM_UNIT(TYPE)))                            \
+                   : LOAD_W((const char *)src, i, TYPE, &ds, (i & 31) == 0));
     DISPATCH_TYPE(type, WIDEN_CALL);
 #undef WIDEN_CALL
 #endif
@@ -761,6 +773,7 @@ const NAME(sdpa_row_kernels) NAME(ROW_KERNELS) = {
 #undef ACC_TYPED
 #undef ROW_BYTES
 #undef STEP_VALUES
+#undef STREAM_UNIT
 #undef DISPATCH_TYPE
 /* The streaming kernels' ISA macros end here too (rows_simd_undef.h lists
  * the older ones). */
