@@ -542,10 +542,11 @@ typedef struct sdpa_tensor {
  * Hkv equal values): key row j of KV head h is k_scale[h] times its
  * decoded values, exactly (the product is never rounded: the scale
  * multiplies the head's scores and outputs in float32 instead). Other
- * kv_dtypes take no scales (SDPA_ERR_BAD_KV_SCALE). A NaN code (or an
- * infinity of E5M2, or a non-finite d of a block) at a key a row reads
- * makes its logit or output non-finite: SDPA_ERR_NONFINITE with the row,
- * as for any type. sdpa_backward and libsdpa-mpi do not take quantized
+ * kv_dtypes take no scales (SDPA_ERR_BAD_KV_SCALE). A NaN code or NaN
+ * d at a key a row reads makes its logit or output NaN: SDPA_ERR_NONFINITE
+ * with the row, as for any type; so does an infinity (E5M2's, an infinite
+ * d) in V, while one in K gives a +inf or NaN logit (that error) or a -inf
+ * one, which gives the key no weight as for any type. sdpa_backward and libsdpa-mpi do not take quantized
  * K/V (SDPA_ERR_BAD_DTYPE). */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
