@@ -268,12 +268,18 @@ int bench_ctx_create_counted(sdpa_ctx **ctx, bench_counter *c);
 const char *bench_cpu_model(char *buf, size_t size);
 
 /* Streaming read bandwidth in bytes/s: sum of a `bytes` buffer split over
- * `threads` POSIX threads, median of `reps` passes, the faster of a plain
- * sum and one that prefetches ahead (*prefetched: whether that one won;
- * may be NULL). Each pass reads the buffer cold: it is far larger than
- * any cache. <= 0 on failure. */
+ * `threads` POSIX threads, median of `reps` passes, the fastest of a plain
+ * sum and sums that prefetch 1 to 16 KiB ahead (*ahead_bytes: the
+ * distance that won, 0 for none; may be NULL). Each pass reads the buffer
+ * cold: it is far larger than any cache. <= 0 on failure. */
 double bench_read_bandwidth(size_t bytes, int threads, int reps,
-                            int *prefetched);
+                            size_t *ahead_bytes);
+/* Seconds of one streaming sum over the n buffers (bytes[i] each, a
+ * multiple of 8), each split over `threads`, prefetching ahead_bytes
+ * ahead (the probe's best): the read a decode call cannot beat, timed
+ * beside it (BENCH_VAR_STREAM). */
+double bench_stream_sum(const void *const *bufs, const size_t *bytes, int n,
+                        int threads, size_t ahead_bytes);
 
 /* The last-level cache in bytes (sysfs, else sysconf; 0 when unknown). */
 size_t bench_llc_bytes(void);
@@ -303,6 +309,8 @@ enum {
     BENCH_VAR_NAIVE,
     BENCH_VAR_DENSE_BIAS, /* shapes with dense_bias only */
     BENCH_VAR_REF,        /* shapes with a ref only: the ref's sdpa auto */
+    BENCH_VAR_STREAM,     /* decode shapes only: a streaming sum of the
+                             K/V bytes the call reads, in its rounds */
     BENCH_VAR_COUNT
 };
 
@@ -345,7 +353,7 @@ typedef struct bench_env {
     int64_t kernel;         /* SDPA_OPT_KERNEL as AUTO resolves it */
     int peak_reset_ok;      /* clear_refs worked */
     double bw[2];           /* read bandwidth with [0] 1, [1] 2 threads (B/s) */
-    int bw_prefetched[2];   /* the prefetching read was the faster */
+    size_t bw_ahead[2];     /* its best prefetch distance (0: none) */
     size_t llc;             /* last-level cache bytes (0: unknown) */
     size_t mem_budget;      /* libsdpa workspace budget (bytes) */
     size_t baseline_budget; /* baseline score block budget (bytes) */
