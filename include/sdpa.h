@@ -150,8 +150,10 @@ enum {
     SDPA_ERR_BAD_DROPOUT = 33,   /* 1.2: dropout_p NaN, infinite, negative
                                     or not below 1 */
     SDPA_ERR_BAD_KV_SCALE = 34   /* 1.2: a k_scale / v_scale value NaN,
-                                    infinite or not above 0, or scales
-                                    given for K/V that are not FP8 */
+                                    infinite or not above 0 (k_scale: or
+                                    0 in float32 times the scale), or
+                                    scales given for K/V that are not
+                                    FP8 */
 };
 
 /* A short fixed description of a status code: "success" for SDPA_OK, a
@@ -539,7 +541,7 @@ typedef struct sdpa_tensor {
  * d·q is exact in float32), as on the half types, paged or not, on every
  * path. With an FP8 kv_dtype, k_scale and v_scale (each optional: NULL
  * means 1) hold one finite scale > 0 per KV head (a per-tensor scale is
- * Hkv equal values): key row j of KV head h is k_scale[h] times its
+ * Hkv equal values; scale · k_scale[h] must not round to 0 in float32): key row j of KV head h is k_scale[h] times its
  * decoded values, exactly (the product is never rounded: the scale
  * multiplies the head's scores and outputs in float32 instead). Other
  * kv_dtypes take no scales (SDPA_ERR_BAD_KV_SCALE). A NaN code or NaN

@@ -860,6 +860,18 @@ static void test_refusals(void **state)
             b.v_scale = neg;
             expect(ctx, &b, SDPA_ERR_BAD_KV_SCALE, "v_scale[1] (KV head 1)",
                    out, n);
+            /* positive, but 0 in float32 times the scale 1/8: no scale */
+            static const float tiny[2] = {1, FLT_TRUE_MIN};
+            b = a;
+            b.k_scale = tiny;
+            expect(ctx, &b, SDPA_ERR_BAD_KV_SCALE,
+                   "k_scale[1] (KV head 1) is 1.4013e-45: times the scale "
+                   "0.125 it rounds to 0 in float32",
+                   out, n);
+            /* the same on v_scale only scales outputs: accepted */
+            b = a;
+            b.v_scale = tiny;
+            assert_int_equal(sdpa_forward(ctx, &b), SDPA_OK);
         }
         /* the backward takes no quantized K/V */
         sdpa_backward_args g = tp_backward_of(&a);

@@ -236,7 +236,8 @@ static int check_types(sdpa_ctx *ctx, const char *who,
     return SDPA_OK;
 }
 
-/* k_scale and v_scale (1.2): FP8 K/V only, Hkv finite values above 0. */
+/* k_scale and v_scale (1.2): FP8 K/V only, Hkv finite values above 0;
+ * k_scale's times the call's scale not 0 in float32. */
 static int check_kv_scales(sdpa_ctx *ctx, const char *who,
                            const sdpa_forward_args *args, sdpa_problem *p)
 {
@@ -254,13 +255,25 @@ static int check_kv_scales(sdpa_ctx *ctx, const char *who,
                              "types (SDPA_FP8_E4M3, SDPA_FP8_E5M2) take "
                              "scales",
                              who, scales[s].name, type_name(p->kv_type));
-        for (int64_t h = 0; h < p->heads_kv; h++)
+        for (int64_t h = 0; h < p->heads_kv; h++) {
             if (!(v[h] > 0) || v[h] == INFINITY)
                 return sdpa_fail(ctx, SDPA_ERR_BAD_KV_SCALE,
                                  "%s: %s[%lld] (KV head %lld) is %g, must be "
                                  "finite and above 0",
                                  who, scales[s].name, (long long)h,
                                  (long long)h, (double)v[h]);
+            /* the head's scores are multiplied by scale · k_scale[h] in
+             * float32: 0 there would be no scale (a BLAS alpha of 0 reads
+             * neither q nor k, and a NaN code would go unseen), as for
+             * scale itself */
+            if (s == 0 && (float)(p->scale * (double)v[h]) == 0.0f)
+                return sdpa_fail(ctx, SDPA_ERR_BAD_KV_SCALE,
+                                 "%s: k_scale[%lld] (KV head %lld) is %g: "
+                                 "times the scale %g it rounds to 0 in "
+                                 "float32",
+                                 who, (long long)h, (long long)h,
+                                 (double)v[h], p->scale);
+        }
     }
     p->k_scale = args->k_scale;
     p->v_scale = args->v_scale;
