@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # aarch64 stage: the library cross-built for aarch64 and its tests run under
-# qemu-user (Debian 12, root, 2 cores). About 24 minutes of CPU time, so
+# qemu-user (Debian 12, root, 2 cores). About 25 minutes of CPU time, so
 # 12 to 13 minutes on two idle cores (25 measured while another build
 # shared them); 90 % of it the unit and tool tests, 20 to 40 times slower
 # than natively (qemu computes floating point in software, and the tests'
