@@ -18,12 +18,10 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/paths/path_tiled.c
     ${CMAKE_CURRENT_LIST_DIR}/paths/path_decode.c
     ${CMAKE_CURRENT_LIST_DIR}/paths/online_softmax.c
-    # kernels: the row kernels and CPU detection
+    # kernels: the row kernels and CPU detection (the x86 sets below)
     ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_dispatch.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels/convert.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_portable.c
-    ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx2.c
-    ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx512.c
     # runtime: workers and the BLAS's threads
     ${CMAKE_CURRENT_LIST_DIR}/runtime/pool.c
     ${CMAKE_CURRENT_LIST_DIR}/runtime/blas_threads.c
@@ -42,10 +40,16 @@ set(SDPA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/layer/alibi.c
 )
 
-# The AVX2+FMA+F16C and AVX-512 row kernels are always built and chosen at
-# run time by CPU detection, so only their own files get the ISA flags.
-# F16C converts the half types (the AVX2 set's only source of vcvtph2ps).
+# The AVX2+FMA+F16C and AVX-512 row kernels are always built on x86 and
+# chosen at run time by CPU detection, so only their own files get the ISA
+# flags. F16C converts the half types (the AVX2 set's only source of
+# vcvtph2ps). Elsewhere (aarch64) they are not compiled at all: the
+# portable set is the only one, and an empty translation unit is an error
+# under -Wpedantic -Werror.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64|i[3-6]86")
+  list(APPEND SDPA_SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx2.c
+    ${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx512.c)
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx2.c
     PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/kernels/rows_avx512.c

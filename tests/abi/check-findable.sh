@@ -27,12 +27,13 @@ archive=$1 src=$2
 # statics (gcc: names.0, clang: func.names) are reported under their source
 # name (however many of them are stacked); .L* labels and compiler-made
 # tables (names starting with a dot, clang's reltable.*, gcc's switch
-# tables CSWTCH.*) are not names anyone wrote; names starting with two
-# underscores are reserved for the implementation (C11 7.1.3), so they come
-# from system headers (<cpuid.h>'s static __get_cpuid_max, out of line in
-# Debug builds).
+# tables CSWTCH.*) and Arm's ELF mapping symbols ($x, $d: where code and
+# data start, on aarch64) are not names anyone wrote; names starting with
+# two underscores are reserved for the implementation (C11 7.1.3), so they
+# come from system headers (<cpuid.h>'s static __get_cpuid_max, out of
+# line in Debug builds).
 symbols=$(nm --defined-only "$archive" | awk '
-    NF == 3 && $2 ~ /^[TtDdRrBb]$/ && $3 !~ /^(\.|reltable\.|CSWTCH\.|__)/ { print $3 }' |
+    NF == 3 && $2 ~ /^[TtDdRrBb]$/ && $3 !~ /^(\.|\$|reltable\.|CSWTCH\.|__)/ { print $3 }' |
     sed -E -e ':clone' \
         -e 's/\.(cold|isra|constprop|part|lto_priv)(\.[0-9]+)*$//' \
         -e 't clone' \
