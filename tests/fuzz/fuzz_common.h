@@ -106,8 +106,8 @@ int fz_path_streams(int64_t path);
 /* ------------------------------------------------------------------------ */
 typedef uint64_t fz_sset; /* a set of statuses 0..63 */
 #define FZ_BIT(s) ((fz_sset)1u << (s))
-/* Every status of the header's list (SDPA_OK .. SDPA_ERR_BAD_DROPOUT). */
-#define FZ_ALL_DOCUMENTED (FZ_BIT(SDPA_ERR_BAD_DROPOUT + 1) - 1u)
+/* Every status of the header's list (SDPA_OK .. SDPA_ERR_BAD_KV_SCALE). */
+#define FZ_ALL_DOCUMENTED (FZ_BIT(SDPA_ERR_BAD_KV_SCALE + 1) - 1u)
 int fz_documented(int status);
 /* The status of `what` is documented and in `expect`; with a context, its
  * message is "" exactly when the status is OK. */
