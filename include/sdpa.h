@@ -541,15 +541,16 @@ typedef struct sdpa_tensor {
  * d·q is exact in float32), as on the half types, paged or not, on every
  * path. With an FP8 kv_dtype, k_scale and v_scale (each optional: NULL
  * means 1) hold one finite scale > 0 per KV head (a per-tensor scale is
- * Hkv equal values; scale · k_scale[h] must not round to 0 in float32): key row j of KV head h is k_scale[h] times its
- * decoded values, exactly (the product is never rounded: the scale
- * multiplies the head's scores and outputs in float32 instead). Other
- * kv_dtypes take no scales (SDPA_ERR_BAD_KV_SCALE). A NaN code or NaN
- * d at a key a row reads makes its logit or output NaN: SDPA_ERR_NONFINITE
- * with the row, as for any type; so does an infinity (E5M2's, an infinite
- * d) in V, while one in K gives a +inf or NaN logit (that error) or a -inf
- * one, which gives the key no weight as for any type. sdpa_backward and libsdpa-mpi do not take quantized
- * K/V (SDPA_ERR_BAD_DTYPE). */
+ * Hkv equal values; scale · k_scale[h] must not round to 0 in float32):
+ * key row j of KV head h is k_scale[h] times its decoded values, exactly
+ * (the product is never rounded: the scale multiplies the head's scores
+ * and outputs in float32 instead). Other kv_dtypes take no scales
+ * (SDPA_ERR_BAD_KV_SCALE). A NaN code or NaN d at a key a row reads makes
+ * its logit or output NaN: SDPA_ERR_NONFINITE with the row, as for any
+ * type; so does an infinity (E5M2's, an infinite d) in V, while one in K
+ * gives a +inf or NaN logit (that error) or a -inf one, which gives the
+ * key no weight as for any type. sdpa_backward and libsdpa-mpi do not take
+ * quantized K/V (SDPA_ERR_BAD_DTYPE). */
 typedef struct sdpa_forward_args {
     size_t struct_size;     /* sizeof(sdpa_forward_args) */
     int dtype;              /* SDPA_FLOAT*: the storage type of q and out

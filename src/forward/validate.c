@@ -271,8 +271,8 @@ static int check_kv_scales(sdpa_ctx *ctx, const char *who,
                                  "%s: k_scale[%lld] (KV head %lld) is %g: "
                                  "times the scale %g it rounds to 0 in "
                                  "float32",
-                                 who, (long long)h, (long long)h,
-                                 (double)v[h], p->scale);
+                                 who, (long long)h, (long long)h, (double)v[h],
+                                 p->scale);
         }
     }
     p->k_scale = args->k_scale;
