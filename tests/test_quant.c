@@ -620,30 +620,16 @@ static pool make_pool(const problem *p, int64_t page, bool vllm, rng *r)
 {
     pool pl = {0};
     const int type = p->k.type;
-    pl.pages_per_seq = (p->tk + page - 1) / page;
-    pl.stride = pl.pages_per_seq + 2;
-    const int64_t pages = p->n * pl.pages_per_seq + 3;
-    int32_t *perm = malloc((size_t)pages * sizeof *perm);
-    pl.table = malloc((size_t)(p->n * pl.stride) * sizeof *pl.table);
-    assert_non_null(perm);
-    assert_non_null(pl.table);
-    tp_permutation(perm, pages, r);
-    for (int64_t b = 0; b < p->n; b++)
-        for (int64_t c = 0; c < pl.stride; c++)
-            pl.table[b * pl.stride + c] =
-                c < pl.pages_per_seq ? perm[b * pl.pages_per_seq + c] : -1;
+    int64_t pages;
+    pl.table = tp_page_table(p->n, p->tk, page, r, &pl.pages_per_seq,
+                             &pl.stride, &pages);
     const qtensor *src[2] = {&p->k, &p->v};
     sdpa_tensor *dst[2] = {&pl.k, &pl.v};
     unsigned char **mem[2] = {&pl.kmem, &pl.vmem};
     for (int x = 0; x < 2; x++) {
         const int64_t d = src[x]->t.shape[3], h = p->hkv;
         sdpa_tensor *t = dst[x];
-        const int64_t sh[4] = {pages, h, page, d};
-        memcpy(t->shape, sh, sizeof sh);
-        t->stride[3] = 1;
-        t->stride[1] = vllm ? d : page * d;
-        t->stride[2] = vllm ? h * d : d;
-        t->stride[0] = h * page * d;
+        tp_pool_view(t, pages, h, page, d, vllm);
         const size_t bytes = quant_codec_unit_at(type, pages * h * page * d);
         *mem[x] = malloc(bytes);
         assert_non_null(*mem[x]);
@@ -663,7 +649,6 @@ static pool make_pool(const problem *p, int64_t page, bool vllm, rng *r)
                            row);
                 }
     }
-    free(perm);
     return pl;
 }
 

@@ -413,35 +413,16 @@ static pool make_pool(const problem *p, int64_t page, int type, bool vllm,
 {
     pool pl = {0};
     size_t es = type == SDPA_FLOAT32 ? 4 : 2;
-    pl.pages_per_seq = (p->tk + page - 1) / page;
-    pl.stride = pl.pages_per_seq + 2;
-    int64_t pages = p->n * pl.pages_per_seq + 3; /* a few unused ones */
-    int32_t *perm = malloc((size_t)pages * sizeof *perm);
-    pl.table = malloc((size_t)(p->n * pl.stride) * sizeof *pl.table);
-    assert_non_null(perm);
-    assert_non_null(pl.table);
-    tp_permutation(perm, pages, r);
-    for (int64_t b = 0; b < p->n; b++)
-        for (int64_t c = 0; c < pl.stride; c++)
-            pl.table[b * pl.stride + c] =
-                c < pl.pages_per_seq ? perm[b * pl.pages_per_seq + c] : -1;
+    int64_t pages;
+    pl.table = tp_page_table(p->n, p->tk, page, r, &pl.pages_per_seq,
+                             &pl.stride, &pages);
     const tbuf *src[2] = {&p->k, &p->v};
     sdpa_tensor *dst[2] = {&pl.k, &pl.v};
     void **mem[2] = {&pl.kmem, &pl.vmem};
     for (int x = 0; x < 2; x++) {
         int64_t d = src[x]->t.shape[3], h = p->hkv;
         sdpa_tensor *t = dst[x];
-        int64_t sh[4] = {pages, h, page, d};
-        memcpy(t->shape, sh, sizeof sh);
-        t->stride[3] = 1;
-        if (vllm) {
-            t->stride[1] = d;
-            t->stride[2] = h * d;
-        } else {
-            t->stride[2] = d;
-            t->stride[1] = page * d;
-        }
-        t->stride[0] = h * page * d;
+        tp_pool_view(t, pages, h, page, d, vllm);
         size_t elems = (size_t)(pages * h * page * d);
         *mem[x] = malloc(elems * es);
         assert_non_null(*mem[x]);
@@ -461,7 +442,6 @@ static pool make_pool(const problem *p, int64_t page, int type, bool vllm,
                             ((uint16_t *)*mem[x])[at] = half_bits(val, type);
                     }
     }
-    free(perm);
     return pl;
 }
 

@@ -276,6 +276,36 @@ void tp_permutation(int32_t *perm, int64_t n, rng *r)
     }
 }
 
+int32_t *tp_page_table(int64_t n, int64_t tk, int64_t page, rng *r,
+                       int64_t *pages_per_seq, int64_t *stride, int64_t *pages)
+{
+    *pages_per_seq = (tk + page - 1) / page;
+    *stride = *pages_per_seq + 2;
+    *pages = n * *pages_per_seq + 3; /* a few unused ones */
+    int32_t *perm = malloc((size_t)*pages * sizeof *perm);
+    int32_t *table = malloc((size_t)(n * *stride) * sizeof *table);
+    if (!perm || !table)
+        abort();
+    tp_permutation(perm, *pages, r);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t c = 0; c < *stride; c++)
+            table[b * *stride + c] =
+                c < *pages_per_seq ? perm[b * *pages_per_seq + c] : -1;
+    free(perm);
+    return table;
+}
+
+void tp_pool_view(sdpa_tensor *t, int64_t pages, int64_t h, int64_t page,
+                  int64_t d, int vllm)
+{
+    const int64_t shape[4] = {pages, h, page, d};
+    memcpy(t->shape, shape, sizeof shape);
+    t->stride[3] = 1;
+    t->stride[1] = vllm ? d : page * d;
+    t->stride[2] = vllm ? h * d : d;
+    t->stride[0] = h * page * d;
+}
+
 int64_t tp_draw_hkv(rng *r, int64_t hq)
 {
     int64_t divs[64], nd = 0;

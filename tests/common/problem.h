@@ -150,6 +150,16 @@ void tp_every_option(tp_call *x, int64_t window_left);
 /* perm[0, n) a uniformly shuffled permutation of 0 .. n-1 (a paged
  * cache's page numbers). */
 void tp_permutation(int32_t *perm, int64_t n, rng *r);
+/* A shuffled pool of pages for n items of tk keys in pages of `page`: the
+ * block table (n rows of *stride = pages_per_seq + 2 entries, page
+ * numbers drawn from a permutation of *pages = n · pages_per_seq + 3, a
+ * few pages unused; -1 in the unused entries; malloc'ed), and the pool
+ * views' layout: t gets shape [*pages, h, page, d] and the strides of
+ * vLLM's [page, slot, head, dim] (vllm) or of [page, head, slot, dim]. */
+int32_t *tp_page_table(int64_t n, int64_t tk, int64_t page, rng *r,
+                       int64_t *pages_per_seq, int64_t *stride, int64_t *pages);
+void tp_pool_view(sdpa_tensor *t, int64_t pages, int64_t h, int64_t page,
+                  int64_t d, int vllm);
 /* A divisor of hq (1 = MQA, hq = MHA, in between = GQA). */
 int64_t tp_draw_hkv(rng *r, int64_t hq);
 /* x->use_kvlens (one in three), then each of the n lengths: 0, tk, or in

@@ -348,12 +348,7 @@ static void make_pool(const cfg *c, const qbuf *k, const qbuf *v, pool *p)
     for (int x = 0; x < 2; x++) {
         const int64_t d = src[x]->t.shape[3], h = c->hkv;
         sdpa_tensor *t = &dst[x]->t;
-        t->shape[0] = pages, t->shape[1] = h, t->shape[2] = c->page;
-        t->shape[3] = d;
-        t->stride[3] = 1;
-        t->stride[1] = c->vllm ? d : c->page * d;
-        t->stride[2] = c->vllm ? h * d : d;
-        t->stride[0] = h * c->page * d;
+        tp_pool_view(t, pages, h, c->page, d, c->vllm);
         const size_t bytes = q_bytes(c->kvt, t);
         dst[x]->b = fz_buf_new(x ? "v pool" : "k pool", 0, bytes);
         memset(dst[x]->b->mem, 0xff, bytes);
