@@ -757,7 +757,8 @@ static int run_block(bench_data *d, bench_data *ref, int threads,
         bench_row *row = &vars[i].row;
         double bw =
             stream->ok ? stream->kv_gbs * 1e9 : env->bw[threads >= 2 ? 1 : 0];
-        if (row->ok && !vars[i].reused)
+        /* (the ref row reads another shape's copies: its own block says) */
+        if (row->ok && !vars[i].reused && i != BENCH_VAR_REF)
             row->kv_bw_ratio = bw > 0 ? row->kv_gbs * 1e9 / bw : 0.0;
     }
     const bench_row *bare = &vars[BENCH_VAR_BARE].row;

@@ -180,8 +180,10 @@ void bench_report_row(const bench_row *r)
         printf("%9.2e ", r->max_diff);
     else
         printf("%9s ", "-");
-    if (r->kv_gbs > 0)
+    if (r->kv_gbs > 0 && r->kv_bw_ratio > 0)
         printf("%7.1f %5.0f", r->kv_gbs, r->kv_bw_ratio * 100.0);
+    else if (r->kv_gbs > 0)
+        printf("%7.1f %5s", r->kv_gbs, "-");
     else
         printf("%7s %5s", "-", "-");
     printf("  %s\n", r->note);
@@ -536,7 +538,7 @@ void bench_report_json(const bench_env *env, const bench_row *rows,
                r->diff_bad ? "true" : "false");
         json_number(r->kv_gbs > 0 ? r->kv_gbs : NAN);
         printf(", \"kv_bw_ratio\": ");
-        json_number(r->kv_gbs > 0 ? r->kv_bw_ratio : NAN);
+        json_number(r->kv_gbs > 0 && r->kv_bw_ratio > 0 ? r->kv_bw_ratio : NAN);
         printf(", \"note\": ");
         json_string(r->note);
         putchar('}');

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,13 +147,21 @@ const char *bench_cpu_model(char *buf, size_t size)
 
 /* ---- read bandwidth ---------------------------------------------------- */
 
+/* A pass over a buffer: the threads claim it 1 MiB at a time (in order,
+ * so that memory sees one stream per thread), and each sums what it
+ * claimed; with a static split, a core the hypervisor or another process
+ * slows keeps the others waiting, where the decode's own workers claim
+ * their items and go on: the stream then read less than the decode. */
 typedef struct sum_job {
-    const uint64_t *p;
-    size_t n;
-    size_t ahead; /* words: one line requested this far ahead per 64
-                     bytes summed (0: the hardware prefetchers alone) */
+    const uint64_t *p;   /* the whole buffer */
+    size_t n;            /* its words */
+    size_t ahead;        /* words: one line requested this far ahead per 64
+                            bytes summed (0: the hardware prefetchers alone) */
+    atomic_size_t *next; /* the next 1 MiB chunk to claim */
     uint64_t result;
 } sum_job;
+
+enum { CHUNK_WORDS = (1 << 20) / sizeof(uint64_t) };
 
 /* The prefetch distances the probe tries besides none: around the
  * ~2 KiB that cover DRAM latency at streaming speed (~100 ns at ~20
@@ -198,32 +207,43 @@ __attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p,
 /* Eight independent accumulators so the loop is bound by loads, not by
  * the add latency; integer sums vectorise without reassociation concerns.
  * Prefetches go to L1 (T0), as the decode kernels' do. */
-static void *sum_words(void *arg)
+static uint64_t sum_range(const uint64_t *p, size_t n, size_t ahead)
 {
-    sum_job *job = arg;
 #ifdef SUM_AVX2
-    if (__builtin_cpu_supports("avx2")) {
-        job->result = sum_avx2(job->p, job->n, job->ahead);
-        return NULL;
-    }
+    if (__builtin_cpu_supports("avx2"))
+        return sum_avx2(p, n, ahead);
 #endif
     uint64_t acc[8] = {0};
     size_t i = 0;
-    const size_t ahead = job->ahead;
     if (ahead)
-        for (; i + 8 + ahead <= job->n; i += 8) {
-            __builtin_prefetch(job->p + i + ahead, 0, 3);
+        for (; i + 8 + ahead <= n; i += 8) {
+            __builtin_prefetch(p + i + ahead, 0, 3);
             for (size_t l = 0; l < 8; l++)
-                acc[l] += job->p[i + l];
+                acc[l] += p[i + l];
         }
-    for (; i + 8 <= job->n; i += 8)
+    for (; i + 8 <= n; i += 8)
         for (size_t l = 0; l < 8; l++)
-            acc[l] += job->p[i + l];
-    for (; i < job->n; i++)
-        acc[0] += job->p[i];
+            acc[l] += p[i + l];
+    for (; i < n; i++)
+        acc[0] += p[i];
     uint64_t total = 0;
     for (size_t l = 0; l < 8; l++)
         total += acc[l];
+    return total;
+}
+
+static void *sum_words(void *arg)
+{
+    sum_job *job = arg;
+    uint64_t total = 0;
+    for (;;) {
+        const size_t first = atomic_fetch_add(job->next, 1) * CHUNK_WORDS;
+        if (first >= job->n)
+            break;
+        const size_t len =
+            job->n - first < CHUNK_WORDS ? job->n - first : CHUNK_WORDS;
+        total += sum_range(job->p + first, len, job->ahead);
+    }
     job->result = total;
     return NULL;
 }
@@ -241,18 +261,19 @@ static double one_pass(const uint64_t *buf, size_t words, int threads,
     sum_job jobs[MAX_THREADS];
     pthread_t tid[MAX_THREADS];
     int started[MAX_THREADS];
-    size_t per = words / (size_t)threads;
+    atomic_size_t next = 0;
     double t0 = bench_now();
     for (int t = 0; t < threads; t++) {
-        jobs[t].p = buf + (size_t)t * per;
-        jobs[t].n = t == threads - 1 ? words - (size_t)t * per : per;
+        jobs[t].p = buf;
+        jobs[t].n = words;
         jobs[t].ahead = ahead_bytes / sizeof(uint64_t);
+        jobs[t].next = &next;
         started[t] =
             t > 0 && pthread_create(&tid[t], NULL, sum_words, &jobs[t]) == 0;
     }
     for (int t = 0; t < threads; t++)
         if (!started[t])
-            sum_words(&jobs[t]); /* caller's share, or a failed create */
+            sum_words(&jobs[t]); /* the caller's claims (a failed create's) */
     for (int t = 1; t < threads; t++)
         if (started[t])
             pthread_join(tid[t], NULL);
