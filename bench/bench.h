@@ -286,6 +286,9 @@ size_t bench_llc_bytes(void);
 
 /* ------------------------------------------------------------------ cold */
 
+/* The bytes of K and V a decode run reads whole: the storage-type copies
+ * (or page pools) where there are, else the float32 buffers. */
+void bench_cold_read_bytes(const bench_data *d, size_t bytes[2]);
 /* Decode shapes only: enough copies of K/V (and their storage-type copies
  * or page pools) that the other copies read between two uses of one
  * exceed twice the last-level cache (llc 0: 64 MiB assumed), at most

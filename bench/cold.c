@@ -27,6 +27,18 @@ static void *copy_of(const void *src, size_t bytes, int *failed)
     return c;
 }
 
+void bench_cold_read_bytes(const bench_data *d, size_t bytes[2])
+{
+    const bench_shape *s = d->shape;
+    const size_t el = bench_elem_size(s->dtype);
+    /* the storage-type copies (or page pools) where there are, else the
+     * float32 buffers */
+    bytes[0] = d->k_lib ? d->k_lib_bytes
+                        : (size_t)(s->n * s->hkv * s->tk * s->dk) * el;
+    bytes[1] = d->v_lib ? d->v_lib_bytes
+                        : (size_t)(s->n * s->hkv * s->tk * s->dv) * el;
+}
+
 int bench_cold_init(bench_data *d, size_t llc, size_t budget)
 {
     const bench_shape *s = d->shape;
@@ -41,12 +53,11 @@ int bench_cold_init(bench_data *d, size_t llc, size_t budget)
     const size_t el = bench_elem_size(s->dtype);
     const size_t kb = (size_t)(s->n * s->hkv * s->tk * s->dk) * el;
     const size_t vb = (size_t)(s->n * s->hkv * s->tk * s->dv) * el;
-    /* what the library reads per run: the storage-type copies (or page
-     * pools) where there are, else the float32 buffers */
-    const size_t lib_k = d->k_lib ? d->k_lib_bytes : 0;
-    const size_t lib_v = d->v_lib ? d->v_lib_bytes : 0;
-    const size_t read = (lib_k ? lib_k : kb) + (lib_v ? lib_v : vb);
-    const size_t set = kb + vb + lib_k + lib_v;
+    size_t reads[2]; /* what the library reads per run */
+    bench_cold_read_bytes(d, reads);
+    const size_t read = reads[0] + reads[1];
+    const size_t set = kb + vb + (d->k_lib ? d->k_lib_bytes : 0) +
+                       (d->v_lib ? d->v_lib_bytes : 0);
     size_t want = 1 + (2 * (llc ? llc : LLC_UNKNOWN) + read - 1) / read;
     if (want < 2)
         want = 2;

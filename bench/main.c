@@ -413,17 +413,11 @@ static void lib_fail(variant *v, int status, const char *where)
     v->live = 0;
 }
 
-/* The bytes of K and V that a decode call reads whole: the storage-type
- * copies (or page pools) where there are, else the float32 buffers (as
- * cold.c copies them), rounded down to whole words. */
+/* What the stream rows sum: the bytes a decode run reads (cold.c), in
+ * whole words. */
 static void stream_bytes(const bench_data *d, size_t bytes[2])
 {
-    const bench_shape *s = d->shape;
-    const size_t el = bench_elem_size(s->dtype);
-    bytes[0] = d->k_lib ? d->k_lib_bytes
-                        : (size_t)(s->n * s->hkv * s->tk * s->dk) * el;
-    bytes[1] = d->v_lib ? d->v_lib_bytes
-                        : (size_t)(s->n * s->hkv * s->tk * s->dv) * el;
+    bench_cold_read_bytes(d, bytes);
     bytes[0] -= bytes[0] % 8;
     bytes[1] -= bytes[1] % 8;
 }

@@ -207,8 +207,9 @@ static void KERNEL_NAME(softcap)(T *x, int64_t n, T c)
  * type of this T (rows_scalar_impl.h: reads_f16, reads_bf16). */
 #define OWN_TYPE (sizeof(T) == sizeof(float) ? SDPA_FLOAT32 : SDPA_FLOAT64)
 #define MIN_INT(a, b) ((a) < (b) ? (a) : (b))
-/* Keys side by side in DOT_KEYS for R rows: one for one row (reads in
- * order), else up to 4 (R·4 <= ACC_VECS independent sums). */
+/* Keys side by side in DOT_KEYS for R rows: up to 4 (R·4 <= ACC_VECS
+ * independent sums), one row too: one key at a time was one chain of
+ * dependent multiply-adds, whose latency bound every storage type. */
 #define KEYS_AT_ONCE(R) MIN_INT(ACC_VECS / (R), 4)
 /* Vectors of one acc row that ACC_BLOCK keeps in registers at most. */
 #define ACC_SLICE MIN_INT(ACC_VECS, 8)
@@ -427,7 +428,9 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
         int64_t d = 0;
         const int step = STEP_VALUES(type);
         const int64_t step_bytes = ROW_BYTES(type, step);
-        const char *at[4] = {k0, k0 + kst, k0 + 2 * kst, k0 + 3 * kst};
+        const char *at[4];
+        for (int g = 0; g < KA; g++)
+            at[g] = k0 + g * kst;
         for (; d + step <= dim; d += step) {
             for (int w = 0; w < step; w += W) {
                 for (int g = 0; g < KA; g++)
@@ -683,12 +686,12 @@ static void KERNEL_NAME(widen)(const void *src, int type, T *dst, int64_t n)
 #ifdef VLOAD_F16
     /* T's own type is a copy: the scalar code's memcpy */
 #define WIDEN_CALL(TYPE)                                                       \
-    for (VT ds = VZERO(); TYPE != OWN_TYPE && i + W <= n; i += W)              \
+    for (VT ds = VZERO(); TYPE != OWN_TYPE && i + W <= n; i += W) {            \
+        VT x = LOAD_W((const char *)src, i, TYPE, &ds, (i & 31) == 0);         \
+        /* (not times 1: a bfloat16 signalling NaN keeps its bits) */          \
         VSTORE(dst + i,                                                        \
-               TYPE == SDPA_FP8_E4M3                                           \
-                   ? VMUL(LOAD_W((const char *)src, i, TYPE, &ds, false),      \
-                          VSET1(STREAM_UNIT(TYPE)))                            \
-                   : LOAD_W((const char *)src, i, TYPE, &ds, (i & 31) == 0));
+               TYPE == SDPA_FP8_E4M3 ? VMUL(x, VSET1(STREAM_UNIT(TYPE))) : x); \
+    }
     DISPATCH_TYPE(type, WIDEN_CALL);
 #undef WIDEN_CALL
 #endif

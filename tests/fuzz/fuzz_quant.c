@@ -201,15 +201,11 @@ static void decode_lens_causal(cfg *c)
      * page is partly used: a paged call names the items' lengths, and its
      * contiguous twin the same */
     c->with_lens = v % 3 != 0 || c->page != 0;
+    /* v % 3 == 2: Tk or Tk - 1; else (with kv_lens) any of 0..Tk */
     for (int64_t b = 0; b < c->n; b++)
-        c->lens[b] =
-            c->with_lens ? (int64_t)(fz_rnd() % (uint64_t)(c->tk + 1)) : c->tk;
-    if (c->with_lens && v % 3 == 2)
-        for (int64_t b = 0; b < c->n; b++)
-            c->lens[b] = c->tk - (int64_t)(fz_rnd() % 3 < 2 ? 0 : 1);
-    for (int64_t b = 0; b < c->n; b++)
-        if (c->lens[b] < 0)
-            c->lens[b] = 0;
+        c->lens[b] = !c->with_lens ? c->tk
+                     : v % 3 == 2  ? c->tk - (int64_t)(fz_rnd() % 3 == 2)
+                                  : (int64_t)(fz_rnd() % (uint64_t)(c->tk + 1));
     c->causal = (int)(fz(F_CAUSAL) % 3);
 }
 
