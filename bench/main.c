@@ -44,6 +44,7 @@ typedef struct options {
     int threads[MAX_THREAD_COUNTS];
     int nthreads;
     size_t mem_budget; /* libsdpa workspace above this: n/a */
+    size_t llc;        /* --llc-mib in bytes; 0: as the system reports */
     uint64_t seed;
     double block_seconds; /* adaptive reps: aim per (shape, threads) */
     int lib_blas_threads; /* OpenBLAS threads under libsdpa; 0 = T */
@@ -129,7 +130,7 @@ static void usage(FILE *f)
             "[--block-seconds X]\n"
             "                  [--block-q N] [--block-k N] [--variants "
             "LIST] [--backward]\n"
-            "                  [--huge-pages]\n"
+            "                  [--huge-pages] [--llc-mib M]\n"
             "  --json            machine-readable output on stdout (progress "
             "stays on stderr)\n"
             "  --only LIST       shapes to run (default: all, in the order "
@@ -183,6 +184,14 @@ static void usage(FILE *f)
             "MADV_HUGEPAGE), as an engine can\n"
             "                    place its KV cache; fewer TLB misses on "
             "the pages of Ph\n"
+            "  --llc-mib M       the last-level cache the decode shapes' cold "
+            "copies must\n"
+            "                    exceed, twice over (default: what sysfs, "
+            "else sysconf, reports;\n"
+            "                    some hypervisors report the host's whole "
+            "L3, which makes the\n"
+            "                    copies large and their setup slow)\n");
+    fprintf(f,
             "dRSS is each variant's own peak (VmHWM is reset through "
             "/proc/self/clear_refs);\n"
             "where the kernel refuses that, run '--only L' so the process "
@@ -365,6 +374,10 @@ static int parse_args(int argc, char **argv, options *o)
             if (parse_threads(val, o))
                 return -1;
             i++;
+        } else if (!strcmp(a, "--llc-mib")) {
+            if (parse_int(val, 1, 1L << 20, &v))
+                return -1;
+            o->llc = (size_t)v << 20, i++;
         } else if (!strcmp(a, "--mem-budget-mib")) {
             if (parse_int(val, 1, 1L << 24, &v))
                 return -1;
@@ -942,7 +955,7 @@ int main(int argc, char **argv)
     }
     if (any_decode) {
         fprintf(stderr, "measuring read bandwidth (1 GiB)...\n");
-        env.llc = bench_llc_bytes();
+        env.llc = o.llc ? o.llc : bench_llc_bytes();
         for (int t = 0; t < 2; t++)
             env.bw[t] = bench_read_bandwidth(BANDWIDTH_BYTES, t + 1, 7,
                                              &env.bw_ahead[t]);
@@ -998,7 +1011,9 @@ int main(int argc, char **argv)
                    "run in turn (last-level cache %.1f MiB%s)\n",
                    s->name, d.cold_count, have_ref ? ref.cold_count : 0,
                    (double)(env.llc ? env.llc : 64u << 20) / BENCH_MIB,
-                   env.llc ? "" : ", unknown: 64 assumed");
+                   o.llc     ? ", --llc-mib"
+                   : env.llc ? ""
+                             : ", unknown: 64 assumed");
         size_t block_start = 0, block_rows = 0;
         for (int t = 0; t < o.nthreads; t++) {
             const bench_row *prev = t ? rows + block_start : NULL;

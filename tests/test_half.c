@@ -631,12 +631,18 @@ static void dot_cases(const stream_ops *o, int type)
                                         (size_t)(MAX_ROWS * ld_s) * o->size);
                     /* a prefetch hint (other rows, more of them than n)
                      * changes no bit */
-                    const sdpa_row_prefetch q_rows = {
-                        (const char *)q2, ld_q * (int64_t)o->size, MAX_ROWS,
-                        dim * (int64_t)o->size, NULL};
+                    const sdpa_row_prefetch q_rows = {(const char *)q2,
+                                                      ld_q * (int64_t)o->size,
+                                                      MAX_ROWS,
+                                                      dim * (int64_t)o->size,
+                                                      NULL,
+                                                      NULL};
                     const sdpa_row_prefetch hint = {(const char *)k2,
-                                                    ld_k * (int64_t)es, MAX_N,
-                                                    dim * (int64_t)es, &q_rows};
+                                                    ld_k * (int64_t)es,
+                                                    MAX_N,
+                                                    dim * (int64_t)es,
+                                                    &q_rows,
+                                                    NULL};
                     o->dot(set, q, ld_q, rows, kt.data, ld_k, type, n, dim, c,
                            s2, ld_s, &hint);
                     assert_memory_equal(s, s2,
@@ -726,10 +732,20 @@ static void acc_cases(const stream_ops *o, int type)
                     assert_memory_equal(acc, a2,
                                         (size_t)(MAX_ROWS * ld_a) * o->size);
                     free(a2 - o->size);
-                    /* a prefetch hint changes no bit */
+                    /* a prefetch hint changes no bit, its rows named by
+                     * stride or by address (here last to first) */
+                    const char *by_address[MAX_N];
+                    for (int64_t j = 0; j < MAX_N; j++)
+                        by_address[j] = (const char *)v2 +
+                                        (MAX_N - 1 - j) * ld_v * (int64_t)es;
+                    const sdpa_row_prefetch listed = {
+                        NULL, 0, MAX_N, dim * (int64_t)es, NULL, by_address};
                     const sdpa_row_prefetch hint = {(const char *)v2,
-                                                    ld_v * (int64_t)es, MAX_N,
-                                                    dim * (int64_t)es, NULL};
+                                                    ld_v * (int64_t)es,
+                                                    MAX_N,
+                                                    dim * (int64_t)es,
+                                                    &listed,
+                                                    NULL};
                     o->acc(set, p, ld_p, rows, vt.data, ld_v, type, n, dim,
                            acc2, ld_a, &hint);
                     assert_memory_equal(acc, acc2,

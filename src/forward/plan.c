@@ -61,13 +61,6 @@
 #define DECODE_MAX_ROWS 16
 #define DECODE_CHUNK 512
 #define DECODE_MIN_CHUNK 16
-/* The decode path's own streaming kernels (plan->fused) take the keys of a
- * chunk in blocks this long: a block of K (then V) rows stays in L1/L2
- * between the query rows that read it (32 KiB of f32 K at D = 128).
- * Measured (sdpa-bench, 1 core, AVX-512, interleaved): 64 against 128
- * keys, shape G 3.87 / 3.77 ms (noise), G8 1.19 / 1.23, Gh (float16 K/V)
- * 2.35 / 2.68: the widened halves favour the shorter block. */
-#define FUSED_BLOCK_K 64
 /* The materialised path widens or gathers K and V (sdpa_kv_staged) this
  * many keys at a time, so its scratch stays bounded whatever Tk is; its
  * gemms take this many keys at a time whether staged or not, since a P V
@@ -351,8 +344,8 @@ static bool plan_decode(const sdpa_ctx *ctx, const sdpa_problem *p,
     const bool blas_sized = blas_parallel && !plan->fused;
     plan->chunk_len = min64(
         opt_k ? opt_k : decode_chunk(p, plan->rows, blas_sized), p->len_k);
-    plan->block_k =
-        plan->fused ? min64(plan->chunk_len, FUSED_BLOCK_K) : plan->chunk_len;
+    plan->block_k = plan->fused ? min64(plan->chunk_len, SDPA_FUSED_BLOCK_K)
+                                : plan->chunk_len;
     plan->chunks = (p->len_k + plan->chunk_len - 1) / plan->chunk_len;
     plan->score_ld = (size_t)round_up(plan->block_k, per_line);
     /* Reserved so that fewer rows or keys never need more: the score
@@ -367,7 +360,7 @@ static bool plan_decode(const sdpa_ctx *ctx, const sdpa_problem *p,
                       decode_chunk(p, min64(plan->rows, GEMV_MAX_ROWS),
                                    blas_sized));
     if (plan->fused)
-        longest = min64(longest, FUSED_BLOCK_K);
+        longest = min64(longest, SDPA_FUSED_BLOCK_K);
     else if (sdpa_kv_staged(p))
         plan->stage_keys = longest;
     shortest = min64(shortest, p->len_k);

@@ -95,16 +95,22 @@
  * decode names the rows it will read next (V of the same keys while it
  * reads K, K of the next block while it reads V; the first block's K pass
  * also its own next page; the last block's V pass K of the first block of
- * the item started after its own), one row per key.
+ * the item started after its own), one row per key; where a block spans
+ * several pages, their rows in turn (online_softmax.c, kv_hint).
  * Measured on Zen 5 (Ph: 32 heads, 4096 keys, f16, 16-key pages
  * shuffled, one core): 6.0 ms without, 3.2 ms with (1.8 ms unpaged),
  * 3.0 with the first block's own prefetch;
  * bursts of a whole page or block of prefetches at once gained nothing,
- * and huge pages under the pool about 5 %. */
+ * and huge pages under the pool about 5 %. Another Zen 5 guest, K/V read
+ * cold (sdpa-bench, interleaved runs): 4.9-5.1 ms page after page, 3.2-3.3
+ * ms with the pages in turn, against Gh's 2.4-2.5 ms unpaged. */
 typedef struct sdpa_row_prefetch {
     const char *base;
     int64_t stride, rows, bytes;
     const struct sdpa_row_prefetch *also; /* more rows, same steps, or NULL */
+    /* rows named by address instead: row j at row_at[j] (NULL: base +
+     * j·stride); the decode's order across the pages of a block */
+    const char *const *row_at;
 } sdpa_row_prefetch;
 
 /* Always 0. acc_rows adds it, masked with a value computed from the row
@@ -130,9 +136,17 @@ static inline void sdpa_prefetch_row(const sdpa_row_prefetch *pf, int64_t j)
     if (!SDPA_PREFETCH_HINTS)
         return;
     for (; pf; pf = pf->also)
-        if (j < pf->rows)
-            for (int64_t off = 0; off < pf->bytes; off += 64)
-                __builtin_prefetch(pf->base + j * pf->stride + off);
+        if (j < pf->rows) {
+            /* every line the row touches: a row that starts inside a
+             * line (136-byte Q8_0 rows) ends in one more than its bytes
+             * / 64 */
+            const uintptr_t row =
+                (uintptr_t)(pf->row_at ? pf->row_at[j]
+                                       : pf->base + j * pf->stride);
+            for (uintptr_t line = row & ~(uintptr_t)63;
+                 line < row + (uintptr_t)pf->bytes; line += 64)
+                __builtin_prefetch((const void *)line);
+        }
 }
 
 #define SDPA_DECLARE_ROW_KERNELS(T, SUF)                                       \

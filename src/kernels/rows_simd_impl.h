@@ -367,14 +367,18 @@ STREAM_INLINE VT LOAD_PART(const char *row, int64_t d, const int type,
     } while (0)
 #endif
 
-/* Bytes [lo, hi) of rows [from, to) (row j at base + j·st), a cache line
- * at a time, into L1. Only rows of the caller's block are named. */
+/* Bytes [lo, hi) of rows [from, to) (row j at base + j·st), every cache
+ * line they touch (a row need not start a line), into L1. Only rows of
+ * the caller's block are named. */
 STREAM_INLINE void PREFETCH_ROWS(const char *base, int64_t st, int64_t from,
                                  int64_t to, int64_t lo, int64_t hi)
 {
-    for (int64_t j = from; j < to; j++)
-        for (int64_t off = lo; off < hi; off += 64)
-            _mm_prefetch(base + j * st + off, _MM_HINT_T0);
+    for (int64_t j = from; j < to; j++) {
+        const uintptr_t row = (uintptr_t)(base + j * st);
+        for (uintptr_t line = (row + (uintptr_t)lo) & ~(uintptr_t)63;
+             line < row + (uintptr_t)hi; line += 64)
+            _mm_prefetch((const char *)line, _MM_HINT_T0);
+    }
 }
 
 /* s[i·ld_s + g] = c · (the lane sum of acc[i·G + g]) for i < R, g < G: W

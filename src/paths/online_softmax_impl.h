@@ -16,24 +16,6 @@ static void NAME(gather_queries)(const sdpa_problem *p,
                       p->q_type, dst + r * p->dim_k, p->dim_k);
 }
 
-/* The streaming kernels' prefetch hint: keys [j, j + n) of batch item b
- * and KV head hk in the K or V view, rows of `dim` elements, as far as
- * they lie in one page (the rest is not named). */
-static sdpa_row_prefetch NAME(kv_prefetch)(const sdpa_problem *p,
-                                           const sdpa_view *view, int64_t b,
-                                           int64_t hk, int64_t j, int64_t n,
-                                           int64_t dim)
-{
-    const int64_t es = (int64_t)sdpa_dtype_size(p->kv_type);
-    sdpa_row_prefetch pf = {NULL, view->stride[2] * es, 0,
-                            sdpa_kv_units(p, dim) * es, NULL};
-    if (n > 0) {
-        pf.base = sdpa_kv_row(p, view, b, hk, j);
-        pf.rows = sdpa_kv_span(p, j, n);
-    }
-    return pf;
-}
-
 /* S[:, j0:j1) = scale · Q Kᵀ over keys kb + [j0, j1) of the block, for
  * m_rows stacked rows: the own streaming kernel, or the BLAS on K rows
  * where they are or staged into kt. `first`: the first block of the
@@ -50,16 +32,20 @@ static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
     /* an FP8 head's k_scale multiplies its scores (problem.h) */
     const T scale = (T)(p->scale * sdpa_k_scale(p, blk->head_kv));
     if (plan->fused) {
+        /* V of the same keys, read next, page by page in turn (online_
+         * softmax.c, kv_hint) */
+        const char *v_rows[SDPA_FUSED_BLOCK_K];
+        const sdpa_row_prefetch v_block =
+            kv_hint(p, &p->v, blk->batch, blk->head_kv, kb + j0, j1 - j0,
+                    p->dim_v, v_rows);
         for (int64_t j = j0; j < j1;) {
             int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
-            /* V of the same keys, read next (same pages, same spans); in
-             * the first block, whose K no V pass before it prefetched,
+            /* in the first block, whose K no V pass before it prefetched,
              * also K's next span */
-            sdpa_row_prefetch next = NAME(kv_prefetch)(
-                p, &p->v, blk->batch, blk->head_kv, kb + j, span, p->dim_v);
+            sdpa_row_prefetch next = kv_hint_from(&v_block, j - j0);
             const sdpa_row_prefetch own =
-                NAME(kv_prefetch)(p, &p->k, blk->batch, blk->head_kv,
-                                  kb + j + span, j1 - j - span, dk);
+                kv_prefetch(p, &p->k, blk->batch, blk->head_kv, kb + j + span,
+                            j1 - j - span, dk);
             if (first)
                 next.also = &own;
             rk->dot_rows(
@@ -95,23 +81,26 @@ static void NAME(block_values)(const sdpa_problem *p, const sdpa_plan *plan,
     const int64_t dv = p->dim_v;
     int64_t v_ld = sdpa_row_stride(&p->v, sdpa_kv_units(p, dv));
     if (plan->fused) {
-        /* the last block: the keys of the block the worker likely runs
-         * next, in another item (blk->next_*) */
+        /* K of the next block's keys, read next (up to key_end); in the
+         * last block, of the block the worker likely runs next, in
+         * another item (blk->next_*) */
         const bool last = kb + plan->block_k >= key_end;
+        int64_t kn = kb + plan->block_k + j0, end = key_end;
+        int64_t b = blk->batch, hk = blk->head_kv;
+        if (last) {
+            kn = blk->next_key + j0;
+            end = blk->next_end;
+            b = blk->next_batch;
+            hk = blk->next_head_kv;
+        }
+        int64_t ahead = kn < end ? end - kn : 0;
+        const char *k_rows[SDPA_FUSED_BLOCK_K];
+        const sdpa_row_prefetch k_block =
+            kv_hint(p, &p->k, b, hk, kn, ahead < j1 - j0 ? ahead : j1 - j0,
+                    p->dim_k, k_rows);
         for (int64_t j = j0; j < j1;) {
             int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
-            /* K of the next block's keys, read next (up to key_end) */
-            int64_t kn = kb + plan->block_k + j;
-            int64_t ahead = kn < key_end ? key_end - kn : 0;
-            int64_t b = blk->batch, hk = blk->head_kv;
-            if (last) {
-                kn = blk->next_key + j;
-                ahead = kn < blk->next_end ? blk->next_end - kn : 0;
-                b = blk->next_batch;
-                hk = blk->next_head_kv;
-            }
-            const sdpa_row_prefetch next = NAME(kv_prefetch)(
-                p, &p->k, b, hk, kn, span < ahead ? span : ahead, p->dim_k);
+            const sdpa_row_prefetch next = kv_hint_from(&k_block, j - j0);
             rk->acc_rows(
                 s_rows + j, ld, m_rows,
                 sdpa_kv_row(p, &p->v, blk->batch, blk->head_kv, kb + j), v_ld,

@@ -162,6 +162,10 @@ sdpa_backward_args tp_backward_of(const sdpa_forward_args *a)
 {
     sdpa_backward_args g = SDPA_BACKWARD_ARGS_INIT;
     TP_COPY_SHARED(g, *a);
+    /* the storage types too: a half K/V problem's backward reads them so
+     * (a quantized one is refused, as it must be) */
+    g.kv_dtype = a->kv_dtype;
+    g.bias_dtype = a->bias_dtype;
     return g;
 }
 
