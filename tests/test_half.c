@@ -485,23 +485,41 @@ typedef struct stream_ops {
                 void *acc, int64_t ld_a, const sdpa_row_prefetch *pf);
 } stream_ops;
 
+/* The kernels take each K / V row's address: here those of rows ld
+ * elements of `type` apart from `base` (a block type's ld counts values,
+ * as the library's strides do). */
+static const char **row_addresses(const void *base, int64_t ld, int type,
+                                  int64_t n)
+{
+    const char **at = malloc(sizeof *at * (size_t)(n > 0 ? n : 1));
+    assert_non_null(at);
+    const int64_t bytes_per_ld =
+        ld / sdpa_dtype_values(type) * (int64_t)sdpa_dtype_size(type);
+    for (int64_t j = 0; j < n; j++)
+        at[j] = (const char *)base + j * bytes_per_ld;
+    return at;
+}
+
 #define DEFINE_OPS(SUF, T, EPS)                                                \
     static void dot_##SUF(const void *set, const void *q, int64_t ld_q,        \
                           int64_t rows, const void *k, int64_t ld_k, int type, \
                           int64_t n, int64_t dim, double c, void *s,           \
                           int64_t ld_s, const sdpa_row_prefetch *pf)           \
     {                                                                          \
+        const char **at = row_addresses(k, ld_k, type, n);                     \
         ((const sdpa_row_kernels_##SUF *)set)                                  \
-            ->dot_rows(q, ld_q, rows, k, ld_k, type, n, dim, (T)c, s, ld_s,    \
-                       pf);                                                    \
+            ->dot_rows(q, ld_q, rows, at, type, n, dim, (T)c, s, ld_s, pf);    \
+        free(at);                                                              \
     }                                                                          \
     static void acc_##SUF(const void *set, const void *p, int64_t ld_p,        \
                           int64_t rows, const void *v, int64_t ld_v, int type, \
                           int64_t n, int64_t dim, void *acc, int64_t ld_a,     \
                           const sdpa_row_prefetch *pf)                         \
     {                                                                          \
+        const char **at = row_addresses(v, ld_v, type, n);                     \
         ((const sdpa_row_kernels_##SUF *)set)                                  \
-            ->acc_rows(p, ld_p, rows, v, ld_v, type, n, dim, acc, ld_a, pf);   \
+            ->acc_rows(p, ld_p, rows, at, type, n, dim, acc, ld_a, pf);        \
+        free(at);                                                              \
     }                                                                          \
     static const stream_ops ops_##SUF = {sizeof(T), EPS, dot_##SUF, acc_##SUF};
 DEFINE_OPS(f32, float, FLT_EPSILON)

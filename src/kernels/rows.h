@@ -37,15 +37,16 @@
  * mask_nonzero_allows is true.
  *
  * The streaming kernels of the decode path read K and V in their storage
- * type and compute in T. `type` (an SDPA_FLOAT* value) is the element type
- * of the array passed as void *: SDPA_FLOAT32, SDPA_FLOAT16 or
- * SDPA_BFLOAT16 for T = float, SDPA_FLOAT64 for T = double (the double
- * sets do not look at it). Strides (ld_*) count elements of that array's
- * type. Half elements are widened to T exactly (half.h).
+ * type and compute in T. `type` (an SDPA_FLOAT* or quantized SDPA_* value)
+ * is the storage type of the K / V rows, each named by its address: the
+ * decode hands a block's rows over wherever its pages put them, in one
+ * call (SDPA_FLOAT64 for T = double; the double sets do not look at it).
+ * Strides (ld_*) count elements of T. Stored elements are widened or
+ * decoded to T exactly (half.h, quant.h).
  *   dot_rows  s[r·ld_s + j] = c · Σ_{d<dim} q[r·ld_q + d] · K_j[d] for
- *             r < rows, j < n, key row K_j at element j·ld_k of k.
+ *             r < rows, j < n, key row K_j at k[j].
  *   acc_rows  acc[r·ld_a + d] += Σ_{j<n} p[r·ld_p + j] · V_j[d] for
- *             r < rows, d < dim, value row V_j at element j·ld_v of v.
+ *             r < rows, d < dim, value row V_j at v[j].
  *             Adds to acc; every term is computed (0·inf and 0·NaN give
  *             NaN, as they must), none is skipped.
  *             Both read each key / value row from memory once for all the
@@ -158,11 +159,11 @@ static inline void sdpa_prefetch_row(const sdpa_row_prefetch *pf, int64_t j)
         void (*scale)(T * x, int64_t n, T c);                                  \
         void (*softcap)(T * x, int64_t n, T c);                                \
         void (*dot_rows)(const T *q, int64_t ld_q, int64_t rows,               \
-                         const void *k, int64_t ld_k, int type, int64_t n,     \
+                         const char *const *k, int type, int64_t n,            \
                          int64_t dim, T c, T *s, int64_t ld_s,                 \
                          const sdpa_row_prefetch *pf);                         \
         void (*acc_rows)(const T *p, int64_t ld_p, int64_t rows,               \
-                         const void *v, int64_t ld_v, int type, int64_t n,     \
+                         const char *const *v, int type, int64_t n,            \
                          int64_t dim, T *acc, int64_t ld_a,                    \
                          const sdpa_row_prefetch *pf);                         \
         void (*widen)(const void *src, int type, T *dst, int64_t n);           \

@@ -59,16 +59,14 @@ static T NAME(portable_dot)(const T *a, const T *b, int64_t len)
     return sum;
 }
 
-/* A chunk of key / value row j from element d0, len elements, as T: in
- * place for T's own type, else widened into buf. */
-static const T *NAME(portable_row_chunk)(const void *base, int64_t ld, int type,
-                                         int64_t j, int64_t d0, int64_t len,
-                                         T *buf)
+/* A chunk of the key / value row at `row` from element d0, len elements,
+ * as T: in place for T's own type, else widened into buf. */
+static const T *NAME(portable_row_chunk)(const char *row, int type, int64_t d0,
+                                         int64_t len, T *buf)
 {
-    /* ld and a block type's d0 / 32 count units (rows_scalar_impl.h) */
+    /* a block type's d0 / 32 counts units (rows_scalar_impl.h) */
     const int64_t es = (int64_t)NAME(elem_size)(type);
-    const char *at =
-        (const char *)base + (j * ld + d0 / NAME(elem_values)(type)) * es;
+    const char *at = row + d0 / NAME(elem_values)(type) * es;
     if (es == (int64_t)sizeof(T))
         return (const T *)(const void *)at;
     NAME(scalar_widen)(at, type, buf, 0, len);
@@ -76,9 +74,9 @@ static const T *NAME(portable_row_chunk)(const void *base, int64_t ld, int type,
 }
 
 static void NAME(portable_dot_rows)(const T *q, int64_t ld_q, int64_t rows,
-                                    const void *k, int64_t ld_k, int type,
-                                    int64_t n, int64_t dim, T c, T *s,
-                                    int64_t ld_s, const sdpa_row_prefetch *pf)
+                                    const char *const *k, int type, int64_t n,
+                                    int64_t dim, T c, T *s, int64_t ld_s,
+                                    const sdpa_row_prefetch *pf)
 {
     T buf[SDPA_PORTABLE_CHUNK];
     for (int64_t j = 0; j < n; j++) {
@@ -88,8 +86,7 @@ static void NAME(portable_dot_rows)(const T *q, int64_t ld_q, int64_t rows,
         for (int64_t d0 = 0; d0 < dim; d0 += SDPA_PORTABLE_CHUNK) {
             int64_t len =
                 dim - d0 < SDPA_PORTABLE_CHUNK ? dim - d0 : SDPA_PORTABLE_CHUNK;
-            const T *kr =
-                NAME(portable_row_chunk)(k, ld_k, type, j, d0, len, buf);
+            const T *kr = NAME(portable_row_chunk)(k[j], type, d0, len, buf);
             for (int64_t r = 0; r < rows; r++)
                 s[r * ld_s + j] +=
                     NAME(portable_dot)(q + r * ld_q + d0, kr, len);
@@ -100,9 +97,9 @@ static void NAME(portable_dot_rows)(const T *q, int64_t ld_q, int64_t rows,
 }
 
 static void NAME(portable_acc_rows)(const T *p, int64_t ld_p, int64_t rows,
-                                    const void *v, int64_t ld_v, int type,
-                                    int64_t n, int64_t dim, T *acc,
-                                    int64_t ld_a, const sdpa_row_prefetch *pf)
+                                    const char *const *v, int type, int64_t n,
+                                    int64_t dim, T *acc, int64_t ld_a,
+                                    const sdpa_row_prefetch *pf)
 {
     T buf[SDPA_PORTABLE_CHUNK];
     for (int64_t j = 0; j < n; j++) {
@@ -110,8 +107,7 @@ static void NAME(portable_acc_rows)(const T *p, int64_t ld_p, int64_t rows,
         for (int64_t d0 = 0; d0 < dim; d0 += SDPA_PORTABLE_CHUNK) {
             int64_t len =
                 dim - d0 < SDPA_PORTABLE_CHUNK ? dim - d0 : SDPA_PORTABLE_CHUNK;
-            const T *vr =
-                NAME(portable_row_chunk)(v, ld_v, type, j, d0, len, buf);
+            const T *vr = NAME(portable_row_chunk)(v[j], type, d0, len, buf);
             for (int64_t r = 0; r < rows; r++) {
                 const T pr = p[r * ld_p + j];
                 T *a = acc + r * ld_a + d0;

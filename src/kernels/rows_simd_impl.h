@@ -367,14 +367,14 @@ STREAM_INLINE VT LOAD_PART(const char *row, int64_t d, const int type,
     } while (0)
 #endif
 
-/* Bytes [lo, hi) of rows [from, to) (row j at base + j·st), every cache
- * line they touch (a row need not start a line), into L1. Only rows of
- * the caller's block are named. */
-STREAM_INLINE void PREFETCH_ROWS(const char *base, int64_t st, int64_t from,
+/* Bytes [lo, hi) of rows [from, to) (row j at at[j]), every cache line
+ * they touch (a row need not start a line), into L1. Only rows of the
+ * caller's block are named. */
+STREAM_INLINE void PREFETCH_ROWS(const char *const *at, int64_t from,
                                  int64_t to, int64_t lo, int64_t hi)
 {
     for (int64_t j = from; j < to; j++) {
-        const uintptr_t row = (uintptr_t)(base + j * st);
+        const uintptr_t row = (uintptr_t)at[j];
         for (uintptr_t line = (row + (uintptr_t)lo) & ~(uintptr_t)63;
              line < row + (uintptr_t)hi; line += 64)
             _mm_prefetch((const char *)line, _MM_HINT_T0);
@@ -404,25 +404,23 @@ STREAM_INLINE void DOT_STORE(const VT *acc, const int R, const int G, T c, T *s,
 }
 
 /* s[i·ld_s + g] = c · Σ_{d<dim} q[i·ld_q + d] · K_g[d] for R rows i and G
- * keys g (key g at kp + g·kst bytes): KA = KEYS_AT_ONCE(R) neighbouring
- * keys at a time, their R·KA sums in registers over the dim, kept for
- * DOT_STORE. With pf_n > 0 (keys from kp in the block), the keys
+ * keys g (key g at kr[g]): KA = KEYS_AT_ONCE(R) neighbouring keys at a
+ * time, their R·KA sums in registers over the dim, kept for DOT_STORE.
+ * With pf_n > 0 (keys from kr[0] on in the block), the keys
  * PREFETCH_AHEAD of their bytes ahead are prefetched as it goes. */
-STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
-                            int64_t kst, int64_t dim, T c, T *s, int64_t ld_s,
-                            int64_t pf_n, const sdpa_row_prefetch *hint,
-                            int64_t hj, const int type, const int R,
-                            const int G)
+STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *const *kr,
+                            int64_t dim, T c, T *s, int64_t ld_s, int64_t pf_n,
+                            const sdpa_row_prefetch *hint, int64_t hj,
+                            const int type, const int R, const int G)
 {
     const int64_t row_bytes = ROW_BYTES(type, dim);
     const int KA = MIN_INT(G, KEYS_AT_ONCE(R));
     const int64_t ahead = row_bytes > 0 ? PREFETCH_AHEAD(row_bytes) : 0;
     VT acc[4 * ACC_VECS];
     for (int g0 = 0; g0 < G; g0 += KA) {
-        const char *k0 = kp + g0 * kst;
         if (ahead > 0 && g0 + ahead < pf_n)
-            PREFETCH_ROWS(kp, kst, g0 + ahead, MIN_INT(g0 + ahead + KA, pf_n),
-                          0, row_bytes);
+            PREFETCH_ROWS(kr, g0 + ahead, MIN_INT(g0 + ahead + KA, pf_n), 0,
+                          row_bytes);
         for (int g = 0; hint && g < KA; g++)
             sdpa_prefetch_row(hint, hj + g0 + g);
         VT a[ACC_VECS], kv[ACC_VECS],
@@ -434,7 +432,7 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
         const int64_t step_bytes = ROW_BYTES(type, step);
         const char *at[4];
         for (int g = 0; g < KA; g++)
-            at[g] = k0 + g * kst;
+            at[g] = kr[g0 + g];
         for (; d + step <= dim; d += step) {
             for (int w = 0; w < step; w += W) {
                 for (int g = 0; g < KA; g++)
@@ -451,7 +449,7 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
         if (d < dim) { /* the last dim % W elements; the lanes past add 0 */
             const int count = (int)(dim - d);
             for (int g = 0; g < KA; g++)
-                kv[g] = LOAD_PART(k0 + g * kst, d, type, count);
+                kv[g] = LOAD_PART(kr[g0 + g], d, type, count);
             for (int i = 0; i < R; i++) {
                 VT qv = VLOAD_PART(q + i * ld_q + d, count);
                 for (int g = 0; g < KA; g++)
@@ -465,13 +463,13 @@ STREAM_INLINE void DOT_KEYS(const T *q, int64_t ld_q, const char *kp,
     DOT_STORE(acc, R, G, c * STREAM_UNIT(type), s, ld_s);
 }
 
-/* KG keys (from kp, pf_n keys left in the block) against every row: 4,
- * then 2, then 1 rows at a time. The KG rows stay in L1 while the row
+/* KG keys (at kr[0..KG), pf_n keys left in the block) against every row:
+ * 4, then 2, then 1 rows at a time. The KG rows stay in L1 while the row
  * blocks go over them; the first block, the one that reads them from
  * memory, prefetches when there are several rows. */
 STREAM_INLINE void DOT_GROUP(const T *q, int64_t ld_q, int64_t rows,
-                             const char *kp, int64_t kst, int64_t dim, T c,
-                             T *s, int64_t ld_s, int64_t pf_n,
+                             const char *const *kr, int64_t dim, T c, T *s,
+                             int64_t ld_s, int64_t pf_n,
                              const sdpa_row_prefetch *hint, int64_t hj,
                              const int type, const int KG)
 {
@@ -479,57 +477,54 @@ STREAM_INLINE void DOT_GROUP(const T *q, int64_t ld_q, int64_t rows,
         pf_n = 0;
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4, pf_n = 0, hint = NULL)
-        DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
-                 hint, hj, type, 4, KG);
+        DOT_KEYS(q + r * ld_q, ld_q, kr, dim, c, s + r * ld_s, ld_s, pf_n, hint,
+                 hj, type, 4, KG);
     if (r + 2 <= rows) {
-        DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
-                 hint, hj, type, 2, KG);
+        DOT_KEYS(q + r * ld_q, ld_q, kr, dim, c, s + r * ld_s, ld_s, pf_n, hint,
+                 hj, type, 2, KG);
         r += 2, pf_n = 0, hint = NULL;
     }
     if (r < rows)
-        DOT_KEYS(q + r * ld_q, ld_q, kp, kst, dim, c, s + r * ld_s, ld_s, pf_n,
-                 hint, hj, type, 1, KG);
+        DOT_KEYS(q + r * ld_q, ld_q, kr, dim, c, s + r * ld_s, ld_s, pf_n, hint,
+                 hj, type, 1, KG);
 }
 
 /* Groups of ACC_VECS keys, then of 4, then single keys. */
 STREAM_INLINE void DOT_TYPED(const T *q, int64_t ld_q, int64_t rows,
-                             const void *k, int64_t ld_k, const int type,
-                             int64_t n, int64_t dim, T c, T *s, int64_t ld_s,
+                             const char *const *k, const int type, int64_t n,
+                             int64_t dim, T c, T *s, int64_t ld_s,
                              const sdpa_row_prefetch *hint)
 {
-    const int64_t kst = ld_k * (int64_t)NAME(elem_size)(type);
-    const char *kp = k;
     int64_t j = 0;
     for (; j + ACC_VECS <= n; j += ACC_VECS)
-        DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
-                  hint, j, type, ACC_VECS);
+        DOT_GROUP(q, ld_q, rows, k + j, dim, c, s + j, ld_s, n - j, hint, j,
+                  type, ACC_VECS);
     if (j + 4 <= n) {
-        DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
-                  hint, j, type, 4);
+        DOT_GROUP(q, ld_q, rows, k + j, dim, c, s + j, ld_s, n - j, hint, j,
+                  type, 4);
         j += 4;
     }
     for (; j < n; j++)
-        DOT_GROUP(q, ld_q, rows, kp + j * kst, kst, dim, c, s + j, ld_s, n - j,
-                  hint, j, type, 1);
+        DOT_GROUP(q, ld_q, rows, k + j, dim, c, s + j, ld_s, n - j, hint, j,
+                  type, 1);
 }
 
 static void KERNEL_NAME(dot_rows)(const T *q, int64_t ld_q, int64_t rows,
-                                  const void *k, int64_t ld_k, int type,
-                                  int64_t n, int64_t dim, T c, T *s,
-                                  int64_t ld_s, const sdpa_row_prefetch *pf)
+                                  const char *const *k, int type, int64_t n,
+                                  int64_t dim, T c, T *s, int64_t ld_s,
+                                  const sdpa_row_prefetch *pf)
 {
-#define DOT_CALL(TYPE)                                                         \
-    DOT_TYPED(q, ld_q, rows, k, ld_k, TYPE, n, dim, c, s, ld_s, pf)
+#define DOT_CALL(TYPE) DOT_TYPED(q, ld_q, rows, k, TYPE, n, dim, c, s, ld_s, pf)
     DISPATCH_TYPE(type, DOT_CALL);
 #undef DOT_CALL
 }
 
-/* Where ACC_BLOCK prefetches: from row `base` (the sub-block's first),
- * rows up to n of the block, bytes [lo, hi) of each, `ahead` rows ahead;
- * base NULL or ahead 0: nowhere. And the caller's hint, from its row hj
- * on (NULL: none). */
+/* Where ACC_BLOCK prefetches: from row at[0] (the sub-block's first), rows
+ * up to n of the block, bytes [lo, hi) of each, `ahead` rows ahead; at
+ * NULL or ahead 0: nowhere. And the caller's hint, from its row hj on
+ * (NULL: none). */
 typedef struct NAME(acc_prefetch) {
-    const char *base;
+    const char *const *at;
     int64_t n, lo, hi, ahead;
     const sdpa_row_prefetch *hint;
     int64_t hj;
@@ -537,14 +532,12 @@ typedef struct NAME(acc_prefetch) {
 
 /* acc[i·ld_a + l] += Σ_{j<n} p[i·ld_p + j] · V_j[d0 + l] for R rows i and
  * the S·W elements l of a slice (only the first `count` < W when part,
- * S = 1), row V_j at vp + j·vst bytes. The slice of acc stays in
- * registers over the keys; each V vector is loaded (and widened) once for
- * R rows. */
-STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
-                             int64_t d0, int64_t vst, int64_t n, T *acc,
-                             int64_t ld_a, NAME(acc_prefetch) pf,
-                             const int type, const int R, const int S,
-                             const bool part, int count)
+ * S = 1), row V_j at vr[j]. The slice of acc stays in registers over the
+ * keys; each V vector is loaded (and widened) once for R rows. */
+STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *const *vr,
+                             int64_t d0, int64_t n, T *acc, int64_t ld_a,
+                             NAME(acc_prefetch) pf, const int type, const int R,
+                             const int S, const bool part, int count)
 {
     VT a[ACC_VECS];
     for (int i = 0; i < R; i++)
@@ -552,10 +545,9 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
             a[i * S + v] = part ? VLOAD_PART(acc + i * ld_a, count)
                                 : VLOAD(acc + i * ld_a + v * W);
     for (int64_t j = 0; j < n; j++) {
-        const char *vj = vp + j * vst;
-        if (pf.ahead > 0 && pf.base && j + pf.ahead < pf.n)
-            PREFETCH_ROWS(pf.base, vst, j + pf.ahead, j + pf.ahead + 1, pf.lo,
-                          pf.hi);
+        const char *vj = vr[j];
+        if (pf.ahead > 0 && pf.at && j + pf.ahead < pf.n)
+            PREFETCH_ROWS(pf.at, j + pf.ahead, j + pf.ahead + 1, pf.lo, pf.hi);
         VT vv[ACC_VECS], ds = VZERO();
         for (int v = 0; v < S; v++)
             vv[v] = part ? LOAD_PART(vj, d0, type, count)
@@ -582,33 +574,30 @@ STREAM_INLINE void ACC_BLOCK(const T *p, int64_t ld_p, const char *vp,
  * that R rows' accumulators allow (at most ACC_SLICE), then 4, 2, 1
  * vectors and the partial one, each a pass over the keys; the first
  * prefetches (pf). */
-STREAM_INLINE void ACC_ROW_BLOCK(const T *p, int64_t ld_p, const char *vp,
-                                 int64_t vst, int64_t n, int64_t dim, T *acc,
-                                 int64_t ld_a, NAME(acc_prefetch) pf,
+STREAM_INLINE void ACC_ROW_BLOCK(const T *p, int64_t ld_p,
+                                 const char *const *vr, int64_t n, int64_t dim,
+                                 T *acc, int64_t ld_a, NAME(acc_prefetch) pf,
                                  const int type, const int R)
 {
     const int most = MIN_INT(ACC_VECS / R, ACC_SLICE);
     int64_t d = 0;
-    for (; d + most * W <= dim; d += most * W, pf.base = NULL, pf.hint = NULL)
-        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, most,
-                  false, W);
-    if (most > 4 && d + 4 * W <= dim) {
-        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, 4, false,
+    for (; d + most * W <= dim; d += most * W, pf.at = NULL, pf.hint = NULL)
+        ACC_BLOCK(p, ld_p, vr, d, n, acc + d, ld_a, pf, type, R, most, false,
                   W);
-        d += 4 * W, pf.base = NULL, pf.hint = NULL;
+    if (most > 4 && d + 4 * W <= dim) {
+        ACC_BLOCK(p, ld_p, vr, d, n, acc + d, ld_a, pf, type, R, 4, false, W);
+        d += 4 * W, pf.at = NULL, pf.hint = NULL;
     }
     if (most > 2 && d + 2 * W <= dim) {
-        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, 2, false,
-                  W);
-        d += 2 * W, pf.base = NULL, pf.hint = NULL;
+        ACC_BLOCK(p, ld_p, vr, d, n, acc + d, ld_a, pf, type, R, 2, false, W);
+        d += 2 * W, pf.at = NULL, pf.hint = NULL;
     }
     if (most > 1 && d + W <= dim) {
-        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, 1, false,
-                  W);
-        d += W, pf.base = NULL, pf.hint = NULL;
+        ACC_BLOCK(p, ld_p, vr, d, n, acc + d, ld_a, pf, type, R, 1, false, W);
+        d += W, pf.at = NULL, pf.hint = NULL;
     }
     if (d < dim)
-        ACC_BLOCK(p, ld_p, vp, d, vst, n, acc + d, ld_a, pf, type, R, 1, true,
+        ACC_BLOCK(p, ld_p, vr, d, n, acc + d, ld_a, pf, type, R, 1, true,
                   (int)(dim - d));
 }
 
@@ -622,11 +611,10 @@ STREAM_INLINE void ACC_ROW_BLOCK(const T *p, int64_t ld_p, const char *vp,
  * L1. acc is loaded and stored once per sub-block and slice; the sums'
  * order (sequential in j) is the same as without sub-blocks. */
 STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
-                             const void *v, int64_t ld_v, const int type,
-                             int64_t n, int64_t dim, T *acc, int64_t ld_a,
+                             const char *const *v, const int type, int64_t n,
+                             int64_t dim, T *acc, int64_t ld_a,
                              const sdpa_row_prefetch *hint)
 {
-    const int64_t vst = ld_v * (int64_t)NAME(elem_size)(type);
     const int64_t row_bytes =
         ROW_BYTES(type, dim) > 0 ? ROW_BYTES(type, dim) : 1;
     const int64_t sub = 16384 / row_bytes < 8 ? 8 : 16384 / row_bytes;
@@ -640,31 +628,31 @@ STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
     const bool several = rows > 1 || dim > ACC_SLICE * W;
     for (int64_t j0 = 0; j0 < n; j0 += sub) {
         const int64_t nb = MIN_INT(sub, n - j0);
-        const char *vp = (const char *)v + j0 * vst;
+        const char *const *vr = v + j0;
         /* the first row block's first pass prefetches (pf.hint is
          * cleared after it) */
         NAME(acc_prefetch)
-        pf = {several ? vp : NULL,       n - j0, 0, 0,
+        pf = {several ? vr : NULL,       n - j0, 0, 0,
               PREFETCH_AHEAD(row_bytes), hint,   j0};
         int64_t r = 0, b = 0;
         /* block b prefetches the lines [b, b + 1)·row_bytes / blocks */
 #define SHARE(b) ((b) == blocks ? row_bytes : (b)*row_bytes / blocks / 64 * 64)
         for (; r + rmax <= rows && rmax == 4; r += 4, b++) {
             pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
-            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
-                          acc + r * ld_a, ld_a, pf, type, 4);
+            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vr, nb, dim, acc + r * ld_a,
+                          ld_a, pf, type, 4);
             pf.hint = NULL;
         }
         for (; r + 2 <= rows && rmax >= 2; r += 2, b++) {
             pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
-            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
-                          acc + r * ld_a, ld_a, pf, type, 2);
+            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vr, nb, dim, acc + r * ld_a,
+                          ld_a, pf, type, 2);
             pf.hint = NULL;
         }
         for (; r < rows; r++, b++) {
             pf.lo = SHARE(b), pf.hi = SHARE(b + 1);
-            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vp, vst, nb, dim,
-                          acc + r * ld_a, ld_a, pf, type, 1);
+            ACC_ROW_BLOCK(p + r * ld_p + j0, ld_p, vr, nb, dim, acc + r * ld_a,
+                          ld_a, pf, type, 1);
             pf.hint = NULL;
         }
 #undef SHARE
@@ -672,12 +660,11 @@ STREAM_INLINE void ACC_TYPED(const T *p, int64_t ld_p, int64_t rows,
 }
 
 static void KERNEL_NAME(acc_rows)(const T *p, int64_t ld_p, int64_t rows,
-                                  const void *v, int64_t ld_v, int type,
-                                  int64_t n, int64_t dim, T *acc, int64_t ld_a,
+                                  const char *const *v, int type, int64_t n,
+                                  int64_t dim, T *acc, int64_t ld_a,
                                   const sdpa_row_prefetch *pf)
 {
-#define ACC_CALL(TYPE)                                                         \
-    ACC_TYPED(p, ld_p, rows, v, ld_v, TYPE, n, dim, acc, ld_a, pf)
+#define ACC_CALL(TYPE) ACC_TYPED(p, ld_p, rows, v, TYPE, n, dim, acc, ld_a, pf)
     DISPATCH_TYPE(type, ACC_CALL);
 #undef ACC_CALL
 }

@@ -31,29 +31,23 @@ static void NAME(block_scores)(const sdpa_problem *p, const sdpa_plan *plan,
     int64_t k_ld = sdpa_row_stride(&p->k, sdpa_kv_units(p, dk));
     /* an FP8 head's k_scale multiplies its scores (problem.h) */
     const T scale = (T)(p->scale * sdpa_k_scale(p, blk->head_kv));
-    if (plan->fused) {
-        /* V of the same keys, read next, page by page in turn (online_
-         * softmax.c, kv_hint) */
-        const char *v_rows[SDPA_FUSED_BLOCK_K];
-        const sdpa_row_prefetch v_block =
-            kv_hint(p, &p->v, blk->batch, blk->head_kv, kb + j0, j1 - j0,
-                    p->dim_v, v_rows);
-        for (int64_t j = j0; j < j1;) {
-            int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
-            /* in the first block, whose K no V pass before it prefetched,
-             * also K's next span */
-            sdpa_row_prefetch next = kv_hint_from(&v_block, j - j0);
-            const sdpa_row_prefetch own =
-                kv_prefetch(p, &p->k, blk->batch, blk->head_kv, kb + j + span,
-                            j1 - j - span, dk);
-            if (first)
-                next.also = &own;
-            rk->dot_rows(
-                q, q_ld, m_rows,
-                sdpa_kv_row(p, &p->k, blk->batch, blk->head_kv, kb + j), k_ld,
-                p->kv_type, span, dk, scale, s_rows + j, ld, &next);
-            j += span;
-        }
+    if (plan->fused) { /* the whole block in one call */
+        const int64_t n = j1 - j0, kj = kb + j0;
+        const char *k_rows[SDPA_FUSED_BLOCK_K], *v_rows[SDPA_FUSED_BLOCK_K];
+        kv_rows(p, &p->k, blk->batch, blk->head_kv, kj, n, k_rows);
+        /* V of the same keys, read next, the pages in turn */
+        sdpa_row_prefetch next = kv_hint(p, &p->v, blk->batch, blk->head_kv, kj,
+                                         n, p->dim_v, v_rows);
+        /* in the first block, whose K no V pass before it prefetched, also
+         * K a page ahead */
+        const int64_t page = sdpa_kv_span(p, kj, n);
+        const int64_t es = (int64_t)sdpa_dtype_size(p->kv_type);
+        const sdpa_row_prefetch own = {
+            NULL, 0, n - page, sdpa_kv_units(p, dk) * es, NULL, k_rows + page};
+        if (first)
+            next.also = &own;
+        rk->dot_rows(q, q_ld, m_rows, k_rows, p->kv_type, n, dk, scale,
+                     s_rows + j0, ld, &next);
         return;
     }
     const T *k_run =
@@ -94,19 +88,13 @@ static void NAME(block_values)(const sdpa_problem *p, const sdpa_plan *plan,
             hk = blk->next_head_kv;
         }
         int64_t ahead = kn < end ? end - kn : 0;
-        const char *k_rows[SDPA_FUSED_BLOCK_K];
-        const sdpa_row_prefetch k_block =
+        const char *v_rows[SDPA_FUSED_BLOCK_K], *k_rows[SDPA_FUSED_BLOCK_K];
+        kv_rows(p, &p->v, blk->batch, blk->head_kv, kb + j0, j1 - j0, v_rows);
+        const sdpa_row_prefetch next =
             kv_hint(p, &p->k, b, hk, kn, ahead < j1 - j0 ? ahead : j1 - j0,
                     p->dim_k, k_rows);
-        for (int64_t j = j0; j < j1;) {
-            int64_t span = sdpa_kv_span(p, kb + j, j1 - j);
-            const sdpa_row_prefetch next = kv_hint_from(&k_block, j - j0);
-            rk->acc_rows(
-                s_rows + j, ld, m_rows,
-                sdpa_kv_row(p, &p->v, blk->batch, blk->head_kv, kb + j), v_ld,
-                p->kv_type, span, dv, acc_rows, dv, &next);
-            j += span;
-        }
+        rk->acc_rows(s_rows + j0, ld, m_rows, v_rows, p->kv_type, j1 - j0, dv,
+                     acc_rows, dv, &next);
         return;
     }
     const T *v_run =
