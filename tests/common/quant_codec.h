@@ -89,6 +89,16 @@ static inline double quant_codec_value(const unsigned char *base, int type,
                              type, (int)(i % 32));
 }
 
+/* Does a view of a block type split a block: a dimension of extent above 1
+ * whose stride is not a multiple of 32 (SDPA_ERR_BAD_STRIDE)? */
+static inline bool quant_codec_splits_blocks(const sdpa_tensor *t)
+{
+    for (int d = 0; d < 3; d++)
+        if (t->shape[d] > 1 && t->stride[d] % 32 != 0)
+            return true;
+    return false;
+}
+
 /* Byte offset of the unit that holds value offset o. */
 static inline size_t quant_codec_unit_at(int type, int64_t o)
 {

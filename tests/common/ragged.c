@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "half_codec.h"
+#include "quant_codec.h"
 
 const char *const rg_key_names[4] = {"packed", "batched", "shared", "paged"};
 
@@ -20,6 +21,24 @@ size_t rg_type_size(int type)
     return type == SDPA_FLOAT64                            ? 8
            : type == SDPA_FLOAT16 || type == SDPA_BFLOAT16 ? 2
                                                            : 4;
+}
+
+bool rg_is_quantized(int type)
+{
+    return type >= SDPA_FP8_E4M3 && type <= SDPA_Q4_0;
+}
+
+size_t rg_offset_bytes(int type, int64_t off)
+{
+    return rg_is_quantized(type) ? quant_codec_unit_at(type, off)
+                                 : (size_t)off * rg_type_size(type);
+}
+
+size_t rg_bytes(int type, int64_t count)
+{
+    const size_t unit = rg_is_quantized(type) ? quant_codec_unit_bytes(type)
+                                              : rg_type_size(type);
+    return count > 0 ? rg_offset_bytes(type, count - 1) + unit : 0;
 }
 
 int rg_compute_type(int dtype)
@@ -35,6 +54,11 @@ double rg_value(const void *data, int type, int64_t off)
     case SDPA_FLOAT16:
     case SDPA_BFLOAT16:
         return half_codec_value(((const uint16_t *)data)[off], type);
+    case SDPA_FP8_E4M3:
+    case SDPA_FP8_E5M2:
+    case SDPA_Q8_0:
+    case SDPA_Q4_0:
+        return quant_codec_value(data, type, off);
     default:
         return (double)((const float *)data)[off];
     }
@@ -42,6 +66,8 @@ double rg_value(const void *data, int type, int64_t off)
 
 void rg_store(void *data, int type, int64_t off, double v)
 {
+    if (rg_is_quantized(type))
+        abort();
     bool exact = true;
     switch (type) {
     case SDPA_FLOAT64:
@@ -62,7 +88,13 @@ void rg_store(void *data, int type, int64_t off, double v)
 
 void rg_poison(void *data, int type, int64_t off)
 {
-    rg_store(data, type, off, NAN);
+    unsigned char *unit = (unsigned char *)data + rg_offset_bytes(type, off);
+    if (type == SDPA_FP8_E4M3 || type == SDPA_FP8_E5M2)
+        *unit = 0x7f; /* E4M3's NaN, and one of E5M2's */
+    else if (quant_codec_is_block(type))
+        unit[0] = 0x00, unit[1] = 0x7e; /* d: a float16 NaN, little-endian */
+    else
+        rg_store(data, type, off, NAN);
 }
 
 int rg_key_form(const sdpa_forward_args *a)
@@ -98,8 +130,7 @@ static sdpa_tensor rows_of(sdpa_tensor t, int type, int64_t first,
 {
     if (!t.data)
         return t;
-    t.data =
-        (char *)t.data + (size_t)(first * t.stride[2]) * rg_type_size(type);
+    t.data = (char *)t.data + rg_offset_bytes(type, first * t.stride[2]);
     t.shape[2] = count;
     return t;
 }
@@ -136,10 +167,10 @@ void rg_seq_args(const sdpa_forward_args *a, int64_t b,
         break;
     }
     case RG_BATCHED:
-        sub->k.data = (char *)a->k.data +
-                      (size_t)(b * a->k.stride[0]) * rg_type_size(kvt);
-        sub->v.data = (char *)a->v.data +
-                      (size_t)(b * a->v.stride[0]) * rg_type_size(kvt);
+        sub->k.data =
+            (char *)a->k.data + rg_offset_bytes(kvt, b * a->k.stride[0]);
+        sub->v.data =
+            (char *)a->v.data + rg_offset_bytes(kvt, b * a->v.stride[0]);
         sub->k.shape[0] = sub->v.shape[0] = 1;
         break;
     case RG_PAGED:
@@ -189,8 +220,10 @@ static int64_t key_at(const sdpa_forward_args *a, const sdpa_tensor *x,
     return off4(x, id, h, j % page, c);
 }
 
+/* A quantized type's values times their head's scale (NULL: 1), exact
+ * in float64 (a float times an FP8 value). */
 static void widen_keys(const sdpa_forward_args *a, const sdpa_tensor *x,
-                       int type, widened *w)
+                       int type, const float *scale, widened *w)
 {
     const int64_t *s = w->t.shape;
     for (int64_t b = 0; b < s[0]; b++) {
@@ -199,9 +232,10 @@ static void widen_keys(const sdpa_forward_args *a, const sdpa_tensor *x,
             for (int64_t j = 0; j < s[2]; j++)
                 for (int64_t c = 0; c < s[3]; c++)
                     w->mem[off4(&w->t, b, h, j, c)] =
-                        j < len
-                            ? rg_value(x->data, type, key_at(a, x, b, h, j, c))
-                            : NAN;
+                        j < len ? (scale ? (double)scale[h] : 1.0) *
+                                      rg_value(x->data, type,
+                                               key_at(a, x, b, h, j, c))
+                                : NAN;
     }
 }
 
@@ -223,11 +257,12 @@ int rg_reference(const sdpa_forward_args *a, ref_result *r)
                 for (int64_t c = 0; c < dk; c++)
                     q.mem[off4(&q.t, b, h, i, c)] =
                         rg_value(a->q.data, a->dtype, off4(&a->q, b, h, i, c));
-    widen_keys(a, &a->k, kvt, &k);
-    widen_keys(a, &a->v, kvt, &v);
+    widen_keys(a, &a->k, kvt, a->k_scale, &k);
+    widen_keys(a, &a->v, kvt, a->v_scale, &v);
     sdpa_forward_args w = *a;
     w.dtype = SDPA_FLOAT64;
     w.kv_dtype = w.bias_dtype = 0;
+    w.k_scale = w.v_scale = NULL;
     w.block_table = NULL;
     w.pages_per_seq = w.block_table_stride = 0;
     w.q = q.t;
@@ -254,6 +289,8 @@ int rg_check(const sdpa_forward_args *a, const ref_result *r, const char *where,
                        : a->dtype == SDPA_BFLOAT16 ? 0x1p-8
                                                    : 0;
     const double abs_half = a->dtype == SDPA_FLOAT16 ? 0x1p-24 : 0;
+    /* the v_scale's one product in float32 */
+    const double v_scaled = a->v_scale ? 2 * FLT_EPSILON : 0;
     for (int64_t b = 0; b < r->n; b++)
         for (int64_t h = 0; h < r->hq; h++)
             for (int64_t i = 0; i < r->tq; i++) {
@@ -266,7 +303,8 @@ int rg_check(const sdpa_forward_args *a, const ref_result *r, const char *where,
                         (double)r->out[row * (size_t)r->dv + (size_t)d];
                     double got = rg_value(a->out.data, a->dtype,
                                           off4(&a->out, b, h, i, d));
-                    double bound = t.out + rel * fabs(want) + abs_half;
+                    double bound =
+                        t.out + (rel + v_scaled) * fabs(want) + abs_half;
                     if (empty ? got != 0 : !(fabs(got - want) <= bound)) {
                         snprintf(msg, size,
                                  "%s: out[%lld,%lld,%lld,%lld] = %.9g, "

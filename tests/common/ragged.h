@@ -16,6 +16,7 @@
 #ifndef SDPA_TEST_RAGGED_H
 #define SDPA_TEST_RAGGED_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,14 +31,26 @@ extern const char *const rg_key_names[4];
 /* Bytes of an element of a storage type (SDPA_FLOAT32, _FLOAT64,
  * _FLOAT16, _BFLOAT16); 4 for anything else. */
 size_t rg_type_size(int type);
+/* Is it a quantized K/V type (SDPA_FP8_E4M3 .. SDPA_Q4_0)? */
+bool rg_is_quantized(int type);
+/* The bytes from an array of any storage type, the quantized K/V ones
+ * included (include/sdpa.h: their offsets count values), to its element
+ * `off`: a quantized type's to the unit (FP8 byte, block) that holds it. */
+size_t rg_offset_bytes(int type, int64_t off);
+/* The bytes of `count` elements: whole units for a quantized type. */
+size_t rg_bytes(int type, int64_t count);
 /* The type a call computes in, which lse, max_weight and entropy hold:
  * float64 for a float64 call, else float32. */
 int rg_compute_type(int dtype);
-/* Element `off` of data in a storage type, as a double (exact). */
+/* Element `off` of data in a storage type, as a double (exact; a
+ * quantized type's code decoded by tests/common/quant_codec.h, without
+ * k_scale / v_scale). */
 double rg_value(const void *data, int type, int64_t off);
-/* v, which must be a value of the type, stored at element `off`. */
+/* v, which must be a value of the type, stored at element `off` (float
+ * types only: a quantized type's values are codes). */
 void rg_store(void *data, int type, int64_t off, double v);
-/* A quiet NaN of the type at element `off`. */
+/* A quiet NaN of the type at element `off`; of a block type, its block's
+ * d NaN, which makes all 32 values of the block NaN. */
 void rg_poison(void *data, int type, int64_t off);
 
 /* The key form of a ragged call: kv_offsets packed, block_table paged,
@@ -58,7 +71,8 @@ void rg_seq_args(const sdpa_forward_args *a, int64_t b,
                  sdpa_forward_args *sub);
 
 /* The reference of a rectangular call the library accepts (any storage
- * types, paged or not): q, k and v widened into contiguous float64, the
+ * types, paged or not): q, k and v widened into contiguous float64 (a
+ * quantized k or v decoded, times its head's k_scale / v_scale), the
  * pages gathered (only the keys below kv_lens are read, the rest are
  * NaN), then ref_forward. Returns 0, or -1 when out of memory. */
 int rg_reference(const sdpa_forward_args *a, ref_result *r);
@@ -67,7 +81,8 @@ int rg_reference(const sdpa_forward_args *a, ref_result *r);
  * storage type; lse, max_weight and entropy when present) against its
  * reference: tp_forward_tol of the compute type, out also one rounding
  * of a half type (2^-11 |out| + 2^-24 for float16, 2^-8 |out| for
- * bfloat16); a row without an allowed key (and no sink) exactly out 0,
+ * bfloat16) and, with v_scale, 2 FLT_EPSILON |out| for its product in
+ * float32; a row without an allowed key (and no sink) exactly out 0,
  * lse -inf, max_weight 0, entropy 0. Returns 0, else 1 with what
  * differed in msg (prefixed by `where`). */
 int rg_check(const sdpa_forward_args *a, const ref_result *r, const char *where,

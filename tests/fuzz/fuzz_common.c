@@ -1,5 +1,6 @@
 /* The helpers every fuzz target shares; see fuzz_common.h. */
 #include "fuzz_common.h"
+#include "quant_codec.h"
 
 #include <cpuid.h>
 #include <float.h>
@@ -889,6 +890,32 @@ double fz_decode_scale(unsigned v, unsigned frac, int is_cap)
             return 0.5 + 50.0 * (double)frac / 255.0;
     }
     return fz_special_reals[(v >> 4) % 16];
+}
+
+void fz_quant_units(unsigned char *u, int type, size_t bytes)
+{
+    /* d of exponent field in [lo, lo + 3]: values up to about 2 */
+    const int lo = type == SDPA_Q4_0 ? 10 : 6;
+    const size_t ub = quant_codec_unit_bytes(type);
+    for (size_t k = 0; k + ub <= bytes; k += ub) {
+        if (!quant_codec_is_block(type)) {
+            uint8_t code;
+            do
+                code = (uint8_t)fz_rnd();
+            while (!quant_codec_fp8_finite(code, type));
+            u[k] = code;
+            continue;
+        }
+        uint16_t d = (uint16_t)((fz_rnd() & 1) << 15 |
+                                (uint64_t)(lo + (int)fz_below(4)) << 10 |
+                                fz_rnd() % 1024);
+        if (fz_below(16) == 0)
+            d &= 0x83ff; /* a subnormal or zero d */
+        u[k] = (unsigned char)(d & 0xff);
+        u[k + 1] = (unsigned char)(d >> 8);
+        for (size_t i = 2; i < ub; i++)
+            u[k + i] = (unsigned char)fz_rnd();
+    }
 }
 
 int64_t fz_small_dim(unsigned v, int64_t lo, int64_t hi)

@@ -250,6 +250,11 @@ extern const double fz_special_reals[16];
 double fz_decode_scale(unsigned v, unsigned frac, int is_cap);
 /* 1 + v % lo below 224, 1 + v % hi above. */
 int64_t fz_small_dim(unsigned v, int64_t lo, int64_t hi);
+/* Random valid units of a quantized K/V type over `bytes` bytes (whole
+ * units): finite FP8 codes; blocks of random quants whose float16 d is
+ * random of a magnitude that keeps the values within a few units, 1 in 16
+ * of them subnormal or zero. */
+void fz_quant_units(unsigned char *u, int type, size_t bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Seeds and start-up.                                                       */

@@ -184,16 +184,6 @@ static void decode_shapes(cfg *c)
         c->k_pad = c->v_pad = 0; /* the pools have their own layout */
 }
 
-/* The strides of a tensor of `type` that split a block (a dimension of
- * extent above 1 whose stride is not a multiple of 32). */
-static int splits_blocks(const sdpa_tensor *t)
-{
-    for (int d = 0; d < 3; d++)
-        if (t->shape[d] > 1 && t->stride[d] % 32 != 0)
-            return 1;
-    return 0;
-}
-
 static void decode_lens_causal(cfg *c)
 {
     const unsigned v = fz(F_LENS);
@@ -268,32 +258,6 @@ static size_t q_bytes(int type, const sdpa_tensor *t)
     for (int d = 0; d < 4; d++)
         last += (t->shape[d] - 1) * t->stride[d];
     return quant_codec_unit_at(type, last) + quant_codec_unit_bytes(type);
-}
-
-/* Random units over all of x's bytes (finite codes; block scales d of
- * exponent field in [lo, lo + 3]): padding too, never read. */
-static void fill_units(unsigned char *u, int type, size_t bytes, int lo)
-{
-    const size_t ub = quant_codec_unit_bytes(type);
-    for (size_t k = 0; k + ub <= bytes; k += ub) {
-        if (!quant_codec_is_block(type)) {
-            uint8_t code;
-            do
-                code = (uint8_t)fz_rnd();
-            while (!quant_codec_fp8_finite(code, type));
-            u[k] = code;
-            continue;
-        }
-        uint16_t d = (uint16_t)((fz_rnd() & 1) << 15 |
-                                (uint64_t)(lo + (int)fz_below(4)) << 10 |
-                                fz_rnd() % 1024);
-        if (fz_below(16) == 0)
-            d &= 0x83ff; /* a subnormal or zero d */
-        u[k] = (unsigned char)(d & 0xff);
-        u[k + 1] = (unsigned char)(d >> 8);
-        for (size_t i = 2; i < ub; i++)
-            u[k + i] = (unsigned char)fz_rnd();
-    }
 }
 
 /* The dequantized values of x (scale per head or 1) as a contiguous
@@ -493,15 +457,15 @@ static void run(void)
     memset(&v, 0, sizeof v);
     set_layout(&k.t, c, c->dk, c->k_bthd, c->k_pad);
     set_layout(&v.t, c, c->dv, c->v_bthd, c->v_pad);
-    const int lo = c->kvt == SDPA_Q4_0 ? 10 : 6;
     k.b = fz_buf_new("k", 0, q_bytes(c->kvt, &k.t));
     v.b = fz_buf_new("v", 0, q_bytes(c->kvt, &v.t));
-    fill_units(k.b->mem, c->kvt, k.b->bytes, lo);
-    fill_units(v.b->mem, c->kvt, v.b->bytes, lo);
+    /* all of their bytes: padding too, never read */
+    fz_quant_units(k.b->mem, c->kvt, k.b->bytes);
+    fz_quant_units(v.b->mem, c->kvt, v.b->bytes);
     k.t.data = k.b->mem;
     v.t.data = v.b->mem;
     if (quant_codec_is_block(c->kv_field) &&
-        (splits_blocks(&k.t) || splits_blocks(&v.t)))
+        (quant_codec_splits_blocks(&k.t) || quant_codec_splits_blocks(&v.t)))
         c->errs |= FZ_BIT(SDPA_ERR_BAD_STRIDE);
 
     sdpa_forward_args a = SDPA_FORWARD_ARGS_INIT;
