@@ -37,6 +37,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -841,6 +842,20 @@ static void test_refusals(void **state)
             b.k.stride[2] += 16;
             b.k.stride[0] += 16 * p.tk;
             expect(ctx, &b, SDPA_ERR_BAD_STRIDE, "k.stride", out, n);
+            /* in a ragged call too, where no sequence's own view steps
+             * along that stride: two sequences of one key each, packed */
+            static const int64_t offsets[3] = {0, 1, 2};
+            b = a;
+            b.seqs = 2;
+            b.q_offsets = offsets;
+            b.kv_offsets = offsets;
+            b.k.shape[2] = b.v.shape[2] = 2;
+            b.k.stride[2] += 16;
+            char words[64];
+            snprintf(words, sizeof words,
+                     "k.stride[2] is %lld, not a multiple of 32",
+                     (long long)b.k.stride[2]);
+            expect(ctx, &b, SDPA_ERR_BAD_STRIDE, words, out, n);
         } else {
             b.v_scale = neg;
             expect(ctx, &b, SDPA_ERR_BAD_KV_SCALE, "v_scale[1] (KV head 1)",

@@ -132,7 +132,14 @@ static int check_call(sdpa_ctx *ctx, const sdpa_forward_args *args,
     const sdpa_problem *p = &part.problem;
     const size_t es = sdpa_dtype_size(p->dtype);
     const size_t kv_es = sdpa_dtype_size(p->kv_type);
-    /* a block type's k and v in blocks, as their sequences were checked */
+    /* a block type's whole k and v start their rows and items at blocks
+     * (the offsets step along strides no sequence's view may), then in
+     * blocks, as their sequences were checked */
+    status = sdpa_check_block_strides(ctx, WHO, "k", &args->k, p->kv_type);
+    if (status == SDPA_OK)
+        status = sdpa_check_block_strides(ctx, WHO, "v", &args->v, p->kv_type);
+    if (status != SDPA_OK)
+        return status;
     const sdpa_tensor k = sdpa_tensor_in_units(args->k, p->kv_type);
     const sdpa_tensor v = sdpa_tensor_in_units(args->v, p->kv_type);
     const sdpa_whole_tensor whole[7] = {

@@ -306,6 +306,18 @@ static int check_blocks(sdpa_ctx *ctx, const char *who,
                          "%s: %s.stride[3] is %lld, the innermost stride must "
                          "be 1",
                          who, name, (long long)t->stride[D_DIM]);
+    int status = sdpa_check_block_strides(ctx, who, name, t, type);
+    if (status != SDPA_OK)
+        return status;
+    *units = sdpa_tensor_in_units(*t, type);
+    return SDPA_OK;
+}
+
+int sdpa_check_block_strides(sdpa_ctx *ctx, const char *who, const char *name,
+                             const sdpa_tensor *t, int type)
+{
+    if (sdpa_dtype_values(type) == 1)
+        return SDPA_OK;
     for (int d = 0; d < D_DIM; d++)
         if (t->shape[d] > 1 && t->stride[d] % SDPA_QUANT_BLOCK != 0)
             return sdpa_fail(ctx, SDPA_ERR_BAD_STRIDE,
@@ -313,7 +325,6 @@ static int check_blocks(sdpa_ctx *ctx, const char *who,
                              "32: %s blocks start every 32 values",
                              who, name, d, (long long)t->stride[d],
                              type_name(type));
-    *units = sdpa_tensor_in_units(*t, type);
     return SDPA_OK;
 }
 

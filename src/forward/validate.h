@@ -20,4 +20,12 @@ int sdpa_validate_call(sdpa_ctx *ctx, const char *who,
 int sdpa_validate_settings(sdpa_ctx *ctx, const char *who,
                            const sdpa_forward_args *args);
 
+/* A block type's (SDPA_Q8_0, SDPA_Q4_0) tensor t: every stride along an
+ * extent above 1 a multiple of 32 values, where blocks start; other types
+ * pass. A ragged call holds its whole k and v to it, whose sequences'
+ * own views may not step along the strides its offsets do (one key a
+ * sequence, one batch item each). */
+int sdpa_check_block_strides(sdpa_ctx *ctx, const char *who, const char *name,
+                             const sdpa_tensor *t, int type);
+
 #endif /* SDPA_FORWARD_VALIDATE_H */

@@ -19,7 +19,7 @@
  *    v_scale per KV head or not; ggml's Q8_0 / Q4_0 blocks, whose Dk and
  *    Dv are whole blocks of 32, or in 1 of 8 inputs not: BAD_DIM, and
  *    whose rows are padded by a block, or in 1 of 4 inputs by half of
- *    one: BAD_STRIDE, README's open finding 4), filled with random valid
+ *    one: BAD_STRIDE, README's fixed finding 4), filled with random valid
  *    codes (tests/common/quant_codec.h decodes them for the reference);
  *  - GQA, Dk, Dv, kv_lens (0..Tk_b), causal, window, ALiBi, sinks,
  *    soft-cap, scale, lse / max_weight / entropy, q, out, k/v and the
@@ -1334,9 +1334,7 @@ static void run(void)
                        !(in.expect && !in.after_sequences);
     if (splits) {
         expect |= FZ_BIT(SDPA_ERR_BAD_STRIDE);
-#ifndef FZ_TOLERATE_FINDINGS
         expect &= ~(FZ_BIT(SDPA_OK) | FZ_BIT(SDPA_ERR_NONFINITE));
-#endif
     }
     fz_describe(" expect %#llx", (unsigned long long)expect);
     fz_snapshot();
@@ -1355,13 +1353,6 @@ static void run(void)
     const char *msg = sdpa_ctx_last_error(ctx);
     if (st != SDPA_ERR_NONFINITE)
         CHECK(ws == st, "workspace %d, sdpa_forward %d", ws, st);
-#ifdef FZ_TOLERATE_FINDINGS
-    /* Finding 4 (README): a ragged call takes packed or batched K/V of a
-     * block type whose T or N stride splits blocks when no sequence's own
-     * view steps along it; a sequence reads the block its row starts in */
-    if (splits && (st == SDPA_OK || st == SDPA_ERR_NONFINITE))
-        fz_tolerated[4]++;
-#endif
     if (splits && st == SDPA_ERR_BAD_STRIDE &&
         strstr(msg, "not a multiple of 32")) {
         /* any sequence's k or v, or the whole k's or v's */
@@ -1773,8 +1764,8 @@ static const fz_seed seeds[] = {
       {F_SEQS, 1},
       SEQ(0, 0, 20),
       {-1, 0}}},
-    /* one key a sequence, batched: no own view steps by it (README's
-     * open finding 4, tolerated: SDPA_OK) */
+    /* one key a sequence, batched: no own view steps by it, the whole k
+     * does (README's finding 4, fixed) */
     {"batched_q8_0_split_stride_one_key",
      {{F_KVTYPE, QUANT_KV(SDPA_Q8_0)},
       {F_KEYS, 1},
