@@ -138,6 +138,9 @@ static const bench_shape suite[] = {
              "G8", 0.55),
     DECODE_G("Ph", "Gh over a paged float16 cache, 16-key pages, shuffled", 32,
              SDPA_FLOAT16, 16, "Gh", 1.1),
+    /* 1.2: Ph with a block's 64 keys in one page: what larger pages buy */
+    DECODE_G("Ph64", "Gh over a paged float16 cache, 64-key pages, shuffled",
+             32, SDPA_FLOAT16, 64, "Gh", 1.1),
     /* 1.2: quantized caches (storage.c quantizes the inputs), against Gh
      * in their rounds: the bytes read are 34/64, 1/2 and 18/64 of Gh's */
     DECODE_G("Gq8", "G with ggml Q8_0 K/V blocks (q, out float32)", 32,

@@ -1,4 +1,4 @@
-/* The half-precision, quantized and paged shapes (Gh, Gb, G8h, Ah, Ph,
+/* The half-precision, quantized and paged shapes (Gh, Gb, G8h, Ah, Ph, Ph64,
  * Gq8, Gq4, Gf8, Pq8, Aq8): what an inference engine hands libsdpa. Their
  * inputs are first rounded to values the storage type holds exactly
  * (quantized by ggml's reference method for Q8_0 and Q4_0), so that the float32
